@@ -1,0 +1,85 @@
+"""One error format for the whole API.
+
+Every error body is `{"error": {"code", "message", "fields"?, "request_id"}}`:
+`code` is stable and machine-readable, `message` is for people, and
+`fields` maps each invalid input field to a list of `{code, message}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.serializers import as_serializer_error
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from gpucloud.errors import Conflict
+from tenants.context import current_request_info
+
+_CODES = {
+    status.HTTP_400_BAD_REQUEST: "validation_error",
+    status.HTTP_401_UNAUTHORIZED: "not_authenticated",
+    status.HTTP_403_FORBIDDEN: "permission_denied",
+    status.HTTP_404_NOT_FOUND: "not_found",
+    status.HTTP_405_METHOD_NOT_ALLOWED: "method_not_allowed",
+    status.HTTP_409_CONFLICT: "conflict",
+    status.HTTP_429_TOO_MANY_REQUESTS: "throttled",
+}
+
+
+def error_body(code: str, message: str, fields: dict[str, list[dict[str, str]]] | None = None) -> dict[str, Any]:
+    """Return the error envelope used by every API response with a 4xx or 5xx status."""
+    body: dict[str, Any] = {"code": code, "message": message, "request_id": current_request_info().request_id}
+    if fields:
+        body["fields"] = fields
+    return {"error": body}
+
+
+def _field_errors(detail: Any) -> dict[str, list[dict[str, str]]]:
+    if isinstance(detail, list):
+        detail = {"non_field_errors": detail}
+    result: dict[str, list[dict[str, str]]] = {}
+    for field, errors in detail.items():
+        items = errors if isinstance(errors, list) else [errors]
+        for item in items:
+            if isinstance(item, dict):
+                for sub, nested in _field_errors(item).items():
+                    result.setdefault(f"{field}.{sub}", []).extend(nested)
+            else:
+                result.setdefault(field, []).append({"code": getattr(item, "code", "invalid"), "message": str(item)})
+    return result
+
+
+def _validation_response(detail: Any) -> Response:
+    fields = _field_errors(detail)
+    first_field, first_errors = next(iter(fields.items()), ("", [{"message": "Invalid input."}]))
+    where = "" if first_field == "non_field_errors" else f"{first_field}: "
+    return Response(error_body("validation_error", f"{where}{first_errors[0]['message']}", fields), status=400)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Translate domain, Django and DRF exceptions into the API's error envelope."""
+    if isinstance(exc, DjangoValidationError):
+        return _validation_response(as_serializer_error(exc))
+    if isinstance(exc, exceptions.ValidationError):
+        return _validation_response(exc.detail)
+    if isinstance(exc, Conflict):
+        return Response(error_body(exc.code, exc.message), status=409)
+    if isinstance(exc, IntegrityError):
+        return Response(error_body("conflict", "The change clashes with a concurrent one; reload and try again."), status=409)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    detail = exc.detail if isinstance(exc, exceptions.APIException) else "Error."
+    code = getattr(detail, "code", None) or _CODES.get(response.status_code, "error")
+    response.data = error_body(code, str(detail))
+    return response

@@ -1,0 +1,145 @@
+"""The `gpucloud` command.
+
+    gpucloud up              migrate, collect static files, create the first operator,
+                             and serve the console with its workers in one process
+    gpucloud serve           serve the web process only (distributed deployments)
+    gpucloud worker          run a Celery worker (controller), optionally with beat
+    gpucloud migrate         apply database migrations
+    gpucloud createoperator  create a platform operator account
+    gpucloud manage ...      any Django management command
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+from collections.abc import Sequence
+
+
+def _setup_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpucloud.settings")
+    import django
+
+    django.setup()
+
+
+def _serve(host: str, port: int) -> None:
+    import uvicorn
+
+    config = uvicorn.Config("gpucloud.asgi:application", host=host, port=port, lifespan="off", log_level="info")
+    uvicorn.Server(config).run()
+
+
+def _ensure_first_operator() -> None:
+    """Create the first operator when none exists; print a generated password once."""
+    from django.contrib.auth.models import User
+
+    from tenants.context import SYSTEM
+    from tenants.services import create_operator
+
+    if User.objects.filter(is_staff=True).exists():
+        return
+    username = os.environ.get("GPUCLOUD_ADMIN_USERNAME") or "admin"
+    password = os.environ.get("GPUCLOUD_ADMIN_PASSWORD") or ""
+    generated = not password
+    if generated:
+        password = secrets.token_urlsafe(18)
+    create_operator(actor=SYSTEM, username=username, password=password)
+    if generated:
+        print(f"\n  First operator account created: {username} / {password}\n  This password is shown only once.\n", flush=True)
+    else:
+        print(f"First operator account created: {username} (password from GPUCLOUD_ADMIN_PASSWORD).", flush=True)
+
+
+def cmd_up(args: argparse.Namespace) -> None:
+    """Run the whole console in one process: the embedded default."""
+    _setup_django()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from gpucloud import embedded
+    from gpucloud.celery import app
+
+    call_command("migrate", interactive=False, verbosity=0)
+    call_command("collectstatic", interactive=False, verbosity=0)
+    _ensure_first_operator()
+    if settings.EMBEDDED:
+        embedded.start_worker(app, queues=["control"])
+        embedded.start_beat(app, schedule_file=settings.DATA_DIR / "celerybeat-schedule")
+    print(f"gpucloud console on http://{args.host}:{args.port}", flush=True)
+    _serve(args.host, args.port)
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    _setup_django()
+    _serve(args.host, args.port)
+
+
+def cmd_worker(args: argparse.Namespace) -> None:
+    _setup_django()
+    from gpucloud.celery import app
+
+    argv = ["worker", "--loglevel", args.loglevel, "--queues", args.queues]
+    if args.beat:
+        argv.append("--beat")
+    app.worker_main(argv)
+
+
+def cmd_manage(args: argparse.Namespace, extra: Sequence[str]) -> None:
+    _setup_django()
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(["gpucloud manage", *extra])
+
+
+def cmd_createoperator(args: argparse.Namespace) -> None:
+    _setup_django()
+    import getpass
+
+    from django.core.exceptions import ValidationError
+
+    from tenants.context import SYSTEM
+    from tenants.services import create_operator
+
+    password = os.environ.get("GPUCLOUD_ADMIN_PASSWORD") or getpass.getpass("Password: ")
+    try:
+        create_operator(actor=SYSTEM, username=args.username, password=password, email=args.email)
+    except ValidationError as error:
+        for field, messages in error.message_dict.items():
+            print(f"{field}: {' '.join(messages)}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(f"Operator {args.username} created.")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpucloud", description="Multi-tenant GPU cloud console.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (("up", "run the console with everything in one process"), ("serve", "serve the web process")):
+        sub = commands.add_parser(name, help=help_text)
+        sub.add_argument("--host", default=os.environ.get("GPUCLOUD_HOST", "127.0.0.1"))
+        sub.add_argument("--port", type=int, default=int(os.environ.get("GPUCLOUD_PORT", "8000")))
+    worker = commands.add_parser("worker", help="run a Celery worker")
+    worker.add_argument("--queues", default="control")
+    worker.add_argument("--beat", action="store_true", help="also run the periodic scheduler")
+    worker.add_argument("--loglevel", default="INFO")
+    commands.add_parser("migrate", help="apply database migrations")
+    operator = commands.add_parser("createoperator", help="create a platform operator")
+    operator.add_argument("username")
+    operator.add_argument("--email", default="")
+    commands.add_parser("manage", help="run a Django management command", add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the `gpucloud` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["manage"]:
+        cmd_manage(argparse.Namespace(), argv[1:])
+        return
+    if argv[:1] == ["migrate"]:
+        cmd_manage(argparse.Namespace(), ["migrate", *argv[1:]])
+        return
+    args = _parser().parse_args(argv)
+    {"up": cmd_up, "serve": cmd_serve, "worker": cmd_worker, "createoperator": cmd_createoperator}[args.command](args)

@@ -1,0 +1,138 @@
+"""Strict readers for settings taken from the environment.
+
+Every helper returns the default when the variable is unset or empty, and
+raises ImproperlyConfigured naming the variable when it is set to a value of
+the wrong shape: a typo in a deployment must stop the process at start, not
+fall back silently to a default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _raw(name: str) -> str | None:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    """Return the variable as a stripped string, or `default` when unset."""
+    value = _raw(name)
+    return default if value is None else value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """Return the variable as a boolean; accepts 1/0, true/false, yes/no, on/off."""
+    value = _raw(name)
+    if value is None:
+        return default
+    lowered = value.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use 1/0, true/false, yes/no or on/off).")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """Return the variable as an integer within [minimum, maximum]."""
+    value = _raw(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer.") from None
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name}={number} is below the minimum of {minimum}.")
+    if maximum is not None and number > maximum:
+        raise ImproperlyConfigured(f"{name}={number} is above the maximum of {maximum}.")
+    return number
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    """Return a comma-separated variable as a list of non-empty, stripped items."""
+    value = _raw(name)
+    if value is None:
+        return list(default)
+    items = [item.strip() for item in value.split(",")]
+    if any(item == "" for item in items):
+        raise ImproperlyConfigured(f"{name}={value!r} has an empty item in its comma-separated list.")
+    return items
+
+
+def env_path(name: str, default: Path) -> Path:
+    """Return the variable as an absolute path (relative ones resolve against the working directory)."""
+    value = _raw(name)
+    return default if value is None else Path(value).expanduser().resolve()
+
+
+@dataclass(frozen=True)
+class DatabaseUrl:
+    """The parts of a DATABASE_URL that Django's DATABASES setting needs."""
+
+    engine: str
+    name: str
+    user: str = ""
+    password: str = ""
+    host: str = ""
+    port: str = ""
+    options: tuple[tuple[str, str], ...] = ()
+
+
+_ENGINES = {
+    "postgres": "django.db.backends.postgresql",
+    "postgresql": "django.db.backends.postgresql",
+    "sqlite": "django.db.backends.sqlite3",
+}
+
+
+def parse_database_url(name: str, value: str) -> DatabaseUrl:
+    """Parse `postgres://user:pass@host:port/db?opt=v` or `sqlite:///absolute/path`."""
+    parts = urlsplit(value)
+    engine = _ENGINES.get(parts.scheme)
+    if engine is None:
+        raise ImproperlyConfigured(f"{name} has scheme {parts.scheme!r}; use postgres:// or sqlite:///.")
+    if parts.scheme == "sqlite":
+        path = unquote(parts.path)
+        if not path or path == "/":
+            raise ImproperlyConfigured(f"{name} must name a file, e.g. sqlite:////var/lib/gpucloud/db.sqlite3.")
+        return DatabaseUrl(engine=engine, name=path)
+    database = unquote(parts.path.lstrip("/"))
+    if not database:
+        raise ImproperlyConfigured(f"{name} must name a database, e.g. postgres://user:pass@host:5432/gpucloud.")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} has a port that is not a number.") from None
+    return DatabaseUrl(
+        engine=engine,
+        name=database,
+        user=unquote(parts.username or ""),
+        password=unquote(parts.password or ""),
+        host=parts.hostname or "",
+        port=str(port or ""),
+        options=tuple(parse_qsl(parts.query)),
+    )
+
+
+def env_url(name: str, default: str | None, *, schemes: tuple[str, ...]) -> str | None:
+    """Return the variable as a URL whose scheme is one of `schemes`."""
+    value = _raw(name)
+    if value is None:
+        return default
+    scheme = urlsplit(value).scheme
+    if scheme not in schemes:
+        raise ImproperlyConfigured(f"{name}={value!r} must start with one of: {', '.join(s + '://' for s in schemes)}.")
+    return value

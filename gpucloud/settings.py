@@ -1,0 +1,230 @@
+"""The one settings module: every deployment difference is an environment variable.
+
+Embedded mode (the default) is REDIS_URL unset: SQLite in the data directory,
+in-memory channel layer and cache, Celery on an in-process transport. Setting
+DATABASE_URL and REDIS_URL makes the same code run distributed. The variables
+and their meanings are listed in compose/.env.example.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from gpucloud.env import env_bool, env_int, env_list, env_path, env_str, env_url, parse_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = env_path("GPUCLOUD_DATA_DIR", BASE_DIR / "data")
+
+DEBUG = env_bool("DEBUG", False)
+REDIS_URL = env_url("REDIS_URL", None, schemes=("redis", "rediss", "unix"))
+EMBEDDED = REDIS_URL is None
+
+
+def _secret_key() -> str:
+    """Return SECRET_KEY from the environment, or in embedded mode the one kept in the data directory."""
+    configured = env_str("SECRET_KEY")
+    if configured is not None:
+        if len(configured) < 50:
+            raise ImproperlyConfigured("SECRET_KEY must be at least 50 characters long.")
+        return configured
+    if not EMBEDDED and not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY is required when REDIS_URL is set and DEBUG is off.")
+    key_file = DATA_DIR / "secret_key"
+    if not key_file.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        key_file.touch(mode=0o600)
+        key_file.write_text(secrets.token_urlsafe(64))
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "channels",
+    "tenants",
+    "inventory",
+    "jobs",
+    "frontend",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "tenants.middleware.RequestContextMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "gpucloud.urls"
+ASGI_APPLICATION = "gpucloud.asgi.application"
+WSGI_APPLICATION = "gpucloud.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "frontend.context.navigation",
+            ],
+        },
+    },
+]
+
+_database = parse_database_url(
+    "DATABASE_URL", env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'gpucloud.sqlite3'}") or ""
+)
+DATABASES = {
+    "default": {
+        "ENGINE": _database.engine,
+        "NAME": _database.name,
+        "USER": _database.user,
+        "PASSWORD": _database.password,
+        "HOST": _database.host,
+        "PORT": _database.port,
+        "OPTIONS": dict(_database.options),
+        "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
+        "CONN_HEALTH_CHECKS": True,
+        "TEST": {"NAME": env_str("DATABASE_TEST_NAME")},
+    }
+}
+if _database.engine.endswith("sqlite3"):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # WAL lets the web server read while the in-process workers write;
+    # IMMEDIATE makes write transactions take the lock up front instead of
+    # failing with "database is locked" when a read upgrades to a write.
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;",
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if EMBEDDED:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+    }
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_BROKER_TRANSPORT_OPTIONS = {} if REDIS_URL else {"polling_interval": 0.01}
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
+CELERY_BEAT_SCHEDULE = {
+    "purge-expired-sessions": {"task": "tenants.purge_expired_sessions", "schedule": 3600.0},
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "frontend:login"
+LOGIN_REDIRECT_URL = "frontend:home"
+LOGOUT_REDIRECT_URL = "frontend:login"
+# Failed logins allowed per (username, address) before a lockout, and its length.
+LOGIN_MAX_FAILURES = env_int("LOGIN_MAX_FAILURES", 5, minimum=1, maximum=100)
+LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+# Longest lifetime an API token may be given, in days.
+API_TOKEN_MAX_DAYS = env_int("API_TOKEN_MAX_DAYS", 365, minimum=1, maximum=3650)
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = env_path("STATIC_ROOT", DATA_DIR / "static")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+
+# HTTPS hardening. Off in embedded mode on loopback; a deployment behind TLS
+# turns it on with GPUCLOUD_HTTPS=1 (compose does), which is what
+# `check --deploy` expects.
+HTTPS = env_bool("GPUCLOUD_HTTPS", False)
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_SSL_REDIRECT = HTTPS and env_bool("SECURE_SSL_REDIRECT", True)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_HSTS_PRELOAD = HTTPS and env_bool("SECURE_HSTS_PRELOAD", False)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("TRUST_X_FORWARDED_PROTO", False) else None
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 12 * 3600, minimum=60)
+X_FRAME_OPTIONS = "DENY"
+# Client addresses come from REMOTE_ADDR unless the console sits behind a
+# proxy that sets X-Forwarded-For, which must then be trusted explicitly.
+TRUST_X_FORWARDED_FOR = env_bool("TRUST_X_FORWARDED_FOR", False)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "gpucloud.api.pagination.Pagination",
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+        "rest_framework.filters.SearchFilter",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "gpucloud.api.errors.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "gpucloud API",
+    "DESCRIPTION": "Multi-tenant GPU cloud console. Authenticate with `Authorization: Bearer <token>`.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "/static/vendor/swagger-ui/",
+    "SWAGGER_UI_FAVICON_HREF": "/static/gpucloud/favicon.svg",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

@@ -1,0 +1,27 @@
+"""URL root: the API under /api/v1/, the Django admin for operators, the web UI everywhere else."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from gpucloud import views
+from inventory.api import urls as inventory_api
+from tenants.api import urls as tenants_api
+
+api_v1 = [
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("tenants/<str:tenant>/", include(tenants_api.tenant.urls)),
+    path("", include(tenants_api.platform.urls)),
+    path("", include(inventory_api.platform.urls)),
+]
+
+urlpatterns = [
+    path("api/v1/", include((api_v1, "api"))),
+    re_path(r"^api/", views.api_not_found),
+    path("healthz", views.healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("", include("frontend.urls")),
+]

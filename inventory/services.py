@@ -1,0 +1,88 @@
+"""Writes of the inventory app: node pools (nodes arrive with the inventory issue)."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import ProtectedError
+
+from gpucloud.errors import Conflict, invalid
+from inventory.models import NodePool
+from tenants.context import Actor
+from tenants.models import Tenant, TenantQuota
+from tenants.services import record_audit_event, snapshot
+from tenants.services.access import require_operator
+from tenants.services.validation import clean_fields
+
+POOL_FIELDS = ["name", "description", "dedicated_tenant"]
+
+
+def _check_dedication(pool: NodePool, tenant: Tenant | None) -> None:
+    if tenant is None or pool.pk is None:
+        return
+    others = TenantQuota.all_tenants.filter(pool=pool).exclude(tenant=tenant)
+    if others.exists():
+        raise invalid(
+            "dedicated_tenant",
+            "pool_has_other_tenants",
+            "Other tenants hold quota in this pool; remove their quotas before dedicating it.",
+        )
+
+
+@transaction.atomic
+def create_node_pool(*, actor: Actor, name: str, description: str = "", dedicated_tenant: Tenant | None = None) -> NodePool:
+    """Create a node pool; operators only. Raises ValidationError on a taken or malformed name."""
+    require_operator(actor)
+    pool = NodePool(name=name, description=description, dedicated_tenant=dedicated_tenant)
+    clean_fields(pool)
+    if NodePool.objects.filter(name=name).exists():
+        raise invalid("name", "unique", f"A pool named {name!r} already exists.")
+    pool.save()
+    tenant_id = dedicated_tenant.pk if dedicated_tenant else None
+    record_audit_event(actor=actor, action="node_pool.create", obj=pool, tenant_id=tenant_id, after=snapshot(pool, POOL_FIELDS))
+    return pool
+
+
+_UNSET = object()
+
+
+@transaction.atomic
+def update_node_pool(
+    *, actor: Actor, pool: NodePool, description: str | None = None, dedicated_tenant: Tenant | None | object = _UNSET
+) -> NodePool:
+    """Change a pool's description or dedicated tenant (None makes it shared); operators only.
+
+    Raises ValidationError when dedicating a pool in which other tenants hold quota.
+    """
+    require_operator(actor)
+    pool = NodePool.objects.select_for_update().get(pk=pool.pk)
+    before = snapshot(pool, POOL_FIELDS)
+    if description is not None:
+        pool.description = description
+    if dedicated_tenant is not _UNSET:
+        assert dedicated_tenant is None or isinstance(dedicated_tenant, Tenant)
+        _check_dedication(pool, dedicated_tenant)
+        pool.dedicated_tenant = dedicated_tenant
+    clean_fields(pool)
+    pool.save()
+    record_audit_event(
+        actor=actor,
+        action="node_pool.update",
+        obj=pool,
+        tenant_id=pool.dedicated_tenant_id,
+        before=before,
+        after=snapshot(pool, POOL_FIELDS),
+    )
+    return pool
+
+
+@transaction.atomic
+def delete_node_pool(*, actor: Actor, pool: NodePool) -> None:
+    """Delete a pool; operators only. Raises Conflict while quotas still reference it."""
+    require_operator(actor)
+    record_audit_event(
+        actor=actor, action="node_pool.delete", obj=pool, tenant_id=pool.dedicated_tenant_id, before=snapshot(pool, POOL_FIELDS)
+    )
+    try:
+        pool.delete()
+    except ProtectedError as error:
+        raise Conflict("Remove the quotas in this pool first.", code="pool_in_use") from error

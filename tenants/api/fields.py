@@ -1,0 +1,28 @@
+"""Serializer fields that resolve references through scoped querysets only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class ScopedSlugField(serializers.SlugRelatedField):  # type: ignore[type-arg]
+    """A slug reference resolved through `selector(context)` at validation time, never at import.
+
+    An object outside the selector's queryset (another tenant's, say) is
+    reported as not existing, exactly like a slug nobody uses.
+    """
+
+    def __init__(self, *, selector: Callable[[dict[str, Any]], QuerySet[Any]], **kwargs: Any) -> None:
+        self.selector = selector
+        kwargs.setdefault("slug_field", "slug")
+        super().__init__(**kwargs)
+
+    def get_queryset(self) -> QuerySet[Any]:
+        return self.selector(self.context)

@@ -1,0 +1,208 @@
+"""Serializers of the tenancy API: output shapes and input shapes. Rules live in the services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from rest_framework import serializers
+
+from inventory.selectors import pools_open_to_tenant
+from tenants.api.fields import ScopedSlugField
+from tenants.choices import MEMBERSHIP_ROLES, Role
+from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota
+from tenants.selectors import projects_in_scope, tenants_visible_to
+
+MAX_TEXT = 2000
+
+
+def _projects(context: dict[str, Any]) -> Any:
+    return projects_in_scope()
+
+
+def _open_pools(context: dict[str, Any]) -> Any:
+    return pools_open_to_tenant(context["tenant"].pk)
+
+
+def _visible_tenants(context: dict[str, Any]) -> Any:
+    return tenants_visible_to(context["actor"])
+
+
+class TenantSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = Tenant
+        fields = ["slug", "name", "description", "is_active", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class TenantCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    slug = serializers.CharField(max_length=40)
+    name = serializers.CharField(max_length=120)
+    description = serializers.CharField(max_length=MAX_TEXT, required=False, allow_blank=True, default="")
+
+
+class TenantUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.CharField(max_length=120, required=False)
+    description = serializers.CharField(max_length=MAX_TEXT, required=False, allow_blank=True)
+    is_active = serializers.BooleanField(required=False)
+
+
+class ProjectSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = Project
+        fields = ["slug", "name", "description", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class ProjectCreateSerializer(TenantCreateSerializer):
+    pass
+
+
+class ProjectUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.CharField(max_length=120, required=False)
+    description = serializers.CharField(max_length=MAX_TEXT, required=False, allow_blank=True)
+
+
+class MembershipSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    username = serializers.CharField(source="user.username", read_only=True)
+    email = serializers.CharField(source="user.email", read_only=True)
+    projects = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "username", "email", "role", "projects", "created_at"]
+        read_only_fields = fields
+
+
+class MembershipCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    username = serializers.CharField(max_length=150)
+    email = serializers.EmailField(required=False, allow_blank=True, default="")
+    role = serializers.ChoiceField(choices=MEMBERSHIP_ROLES, default=Role.MEMBER)
+
+
+class MembershipUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    role = serializers.ChoiceField(choices=MEMBERSHIP_ROLES, required=False)
+    projects = ScopedSlugField(selector=_projects, many=True, required=False)
+
+
+class QuotaNumbersSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """The numbers of a quota; ranges and cross-quota rules are checked by the services."""
+
+    guaranteed = serializers.IntegerField(required=False)
+    limit = serializers.IntegerField(required=False)
+    weight = serializers.IntegerField(required=False)
+    max_notebooks_per_user = serializers.IntegerField(required=False, allow_null=True)
+    max_pending_workloads = serializers.IntegerField(required=False, allow_null=True)
+    max_runtime_seconds = serializers.IntegerField(required=False, allow_null=True)
+
+
+QUOTA_FIELDS = [
+    "guaranteed",
+    "limit",
+    "weight",
+    "max_notebooks_per_user",
+    "max_pending_workloads",
+    "max_runtime_seconds",
+    "updated_at",
+]
+
+
+class TenantQuotaSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = TenantQuota
+        fields = ["id", "tenant", "pool", *QUOTA_FIELDS]
+        read_only_fields = fields
+
+
+class TenantQuotaCreateSerializer(QuotaNumbersSerializer):
+    pool = ScopedSlugField(selector=_open_pools, slug_field="name")
+
+
+class ProjectQuotaSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = ProjectQuota
+        fields = ["id", "project", "pool", *QUOTA_FIELDS]
+        read_only_fields = fields
+
+
+class ProjectQuotaCreateSerializer(QuotaNumbersSerializer):
+    project = ScopedSlugField(selector=_projects)
+    pool = ScopedSlugField(selector=_open_pools, slug_field="name")
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    owner = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "tenant", "owner", "role", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+
+
+class ApiTokenCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.CharField(max_length=80)
+    tenant = ScopedSlugField(selector=_visible_tenants, required=False, allow_null=True, default=None)
+    role = serializers.ChoiceField(choices=Role.choices)
+    expires_in_days = serializers.IntegerField(default=90, min_value=1, max_value=settings.API_TOKEN_MAX_DAYS)
+
+
+class IssuedTokenSerializer(ApiTokenSerializer):
+    """A token as returned once, at creation, with its secret."""
+
+    secret = serializers.CharField(read_only=True)
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "secret"]
+        read_only_fields = fields
+
+
+class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    tenant = serializers.IntegerField(source="tenant_id", read_only=True)
+    actor = serializers.CharField(source="actor_label", read_only=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id",
+            "created_at",
+            "tenant",
+            "actor",
+            "token_prefix",
+            "via",
+            "action",
+            "object_type",
+            "object_id",
+            "object_repr",
+            "before",
+            "after",
+            "request_id",
+            "source_ip",
+        ]
+        read_only_fields = fields
+
+
+class MembershipOfUserSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    tenant_name = serializers.CharField(source="tenant.name", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["tenant", "tenant_name", "role"]
+        read_only_fields = fields
+
+
+class MeSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """The caller as the `me` endpoint shows it."""
+
+    username = serializers.CharField(source="actor.user.username", read_only=True)
+    email = serializers.CharField(source="actor.user.email", read_only=True)
+    is_operator = serializers.BooleanField(source="actor.is_operator", read_only=True)
+    token = ApiTokenSerializer(source="actor.token", read_only=True, allow_null=True)
+    memberships = MembershipOfUserSerializer(many=True, read_only=True)

@@ -1,0 +1,214 @@
+"""Tenants, their projects, members, quotas, API tokens and the audit log."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import F, Q
+
+from tenants.choices import MEMBERSHIP_ROLES, Role, Via
+from tenants.scoping import TenantOwnedModel
+
+SLUG_RULE = RegexValidator(
+    r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
+    "Use 1 to 40 lowercase letters, digits or hyphens, starting and ending with a letter or digit.",
+    code="invalid_slug",
+)
+# Quota numbers above these are typos, not plans: no pool holds a million GPUs.
+MAX_GPUS = 100_000
+MAX_WEIGHT = 1_000
+MAX_COUNT = 100_000
+MAX_RUNTIME_SECONDS = 365 * 24 * 3600
+
+
+class Tenant(models.Model):
+    """An organisation sharing the cloud; owns projects, members, quotas and tokens."""
+
+    slug = models.CharField(max_length=40, unique=True, validators=[SLUG_RULE])
+    name = models.CharField(max_length=120)
+    description = models.TextField(blank=True, max_length=2000)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Project(TenantOwnedModel):
+    """A unit of work inside a tenant that receives a share of the tenant's quota."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="projects")
+    slug = models.CharField(max_length=40, validators=[SLUG_RULE])
+    name = models.CharField(max_length=120)
+    description = models.TextField(blank=True, max_length=2000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "slug"], name="project_slug_unique_in_tenant")]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(TenantOwnedModel):
+    """A user's role in one tenant, and the projects they work in there."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=MEMBERSHIP_ROLES, default=Role.MEMBER)
+    projects = models.ManyToManyField(Project, blank=True, related_name="memberships")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique_per_tenant"),
+            models.CheckConstraint(condition=Q(role__in=["viewer", "member", "admin"]), name="membership_role_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}@{self.tenant_id}:{self.role}"
+
+
+class QuotaFields(models.Model):
+    """GPU quota numbers shared by tenant and project quotas.
+
+    `guaranteed` GPUs are always available to the holder and reclaimable from
+    borrowers; `limit` caps what it may hold, borrowing included; `weight` is
+    its share of idle capacity above guarantees. Count limits are None when
+    the level above (or nothing) decides.
+    """
+
+    guaranteed = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(MAX_GPUS)])
+    limit = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(MAX_GPUS)])
+    weight = models.PositiveIntegerField(default=1, validators=[MaxValueValidator(MAX_WEIGHT)])
+    max_notebooks_per_user = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(MAX_COUNT)]
+    )
+    max_pending_workloads = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(MAX_COUNT)]
+    )
+    max_runtime_seconds = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(60), MaxValueValidator(MAX_RUNTIME_SECONDS)]
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+class TenantQuota(TenantOwnedModel, QuotaFields):
+    """What a tenant may use in one node pool; set by operators."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quotas")
+    pool = models.ForeignKey("inventory.NodePool", on_delete=models.PROTECT, related_name="tenant_quotas")
+
+    class Meta:
+        ordering = ["tenant__slug", "pool__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "pool"], name="tenant_quota_unique_per_pool"),
+            models.CheckConstraint(condition=Q(limit__gte=F("guaranteed")), name="tenant_quota_limit_gte_guaranteed"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}/{self.pool_id}: {self.guaranteed}..{self.limit}"
+
+
+class ProjectQuota(TenantOwnedModel, QuotaFields):
+    """What a project may use in one node pool; set by tenant admins inside the tenant's quota."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="project_quotas")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="quotas")
+    pool = models.ForeignKey("inventory.NodePool", on_delete=models.PROTECT, related_name="project_quotas")
+
+    class Meta:
+        ordering = ["project__slug", "pool__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "pool"], name="project_quota_unique_per_pool"),
+            models.CheckConstraint(
+                condition=Q(limit__gte=F("guaranteed")), name="project_quota_limit_gte_guaranteed"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project_id}/{self.pool_id}: {self.guaranteed}..{self.limit}"
+
+
+class ApiToken(TenantOwnedModel):
+    """A personal API token bound to one tenant (or, for operators, to the platform).
+
+    Only a SHA-256 digest of the secret is stored; the secret is shown once.
+    The token's role caps the owner's current role, it never adds to it.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tokens", null=True, blank=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=80)
+    role = models.CharField(max_length=16, choices=Role.choices)
+    prefix = models.CharField(max_length=16, unique=True)
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            # Only operator tokens live outside a tenant, and they only there.
+            models.CheckConstraint(
+                condition=(Q(role="operator") & Q(tenant__isnull=True))
+                | (~Q(role="operator") & Q(tenant__isnull=False)),
+                name="api_token_tenant_matches_role",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix})"
+
+
+class AuditEvent(TenantOwnedModel):
+    """One state-changing action: who, where, what, and the object before and after.
+
+    Append-only: database triggers refuse UPDATE and DELETE. The tenant and
+    actor references carry no database constraint so the record outlives
+    the objects it names; `actor_label` keeps the name that acted.
+    """
+
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, null=True, blank=True, related_name="+"
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    actor_label = models.CharField(max_length=150)
+    token_prefix = models.CharField(max_length=16, blank=True)
+    via = models.CharField(max_length=8, choices=Via.choices)
+    action = models.CharField(max_length=64, db_index=True)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64, blank=True)
+    object_repr = models.CharField(max_length=200, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    request_id = models.CharField(max_length=64, blank=True)
+    source_ip = models.GenericIPAddressField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="audit_tenant_time")]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.object_type}:{self.object_id} by {self.actor_label}"

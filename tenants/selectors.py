@@ -1,0 +1,124 @@
+"""Scoped reads of the tenancy app.
+
+Functions that take no tenant run under the active tenant scope (the
+default managers enforce it). The few that must look across tenants say so
+in their docstring and use `all_tenants` deliberately.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import User
+from django.db.models import Count, QuerySet
+
+from tenants.choices import Role
+from tenants.context import Actor
+from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota
+
+
+def tenant_by_slug(slug: str) -> Tenant | None:
+    """Return the tenant with this slug, or None."""
+    return Tenant.objects.filter(slug=slug).first()
+
+
+def membership_role(user: User, tenant: Tenant) -> Role | None:
+    """Return the user's membership role in `tenant`, or None. Looks across tenants by design."""
+    role = Membership.all_tenants.filter(tenant=tenant, user=user).values_list("role", flat=True).first()
+    return Role(role) if role else None
+
+
+def role_in_tenant(actor: Actor, tenant: Tenant) -> Role | None:
+    """Return the role `actor` acts with in `tenant`, or None when it may not see the tenant at all.
+
+    Operators act as `operator` everywhere. A token reaches only its own
+    tenant and caps the owner's current membership role at its own role.
+    """
+    if actor.user is None or not actor.user.is_active:
+        return None
+    if actor.is_operator:
+        return Role.OPERATOR
+    if actor.token is not None and actor.token.tenant_id != tenant.pk:
+        return None
+    role = membership_role(actor.user, tenant)
+    if role is None or not tenant.is_active:
+        return None
+    if actor.token is not None:
+        token_role = Role(actor.token.role)
+        return token_role if role.at_least(token_role) else role
+    return role
+
+
+def tenants_visible_to(actor: Actor) -> QuerySet[Tenant]:
+    """Return the tenants `actor` may see: all for operators, else those it is a member of."""
+    if actor.is_operator:
+        return Tenant.objects.all()
+    if actor.user is None:
+        return Tenant.objects.none()
+    tenants = Tenant.objects.filter(memberships__user=actor.user, is_active=True)
+    if actor.token is not None:
+        tenants = tenants.filter(pk=actor.token.tenant_id)
+    return tenants
+
+
+def projects_in_scope() -> QuerySet[Project]:
+    """Return the active tenant's projects."""
+    return Project.objects.all()
+
+
+def project_in_scope(slug: str) -> Project | None:
+    """Return the active tenant's project with this slug, or None."""
+    return Project.objects.filter(slug=slug).first()
+
+
+def projects_of_member(user: User) -> QuerySet[Project]:
+    """Return the active tenant's projects that `user` is assigned to."""
+    return Project.objects.filter(memberships__user=user)
+
+
+def memberships_in_scope() -> QuerySet[Membership]:
+    """Return the active tenant's memberships with their users and projects loaded."""
+    return Membership.objects.select_related("user").prefetch_related("projects")
+
+
+def tenant_quotas_in_scope() -> QuerySet[TenantQuota]:
+    """Return the active tenant's quotas per pool."""
+    return TenantQuota.objects.select_related("pool", "tenant")
+
+
+def project_quotas_in_scope() -> QuerySet[ProjectQuota]:
+    """Return the active tenant's project quotas."""
+    return ProjectQuota.objects.select_related("project", "pool")
+
+
+def project_guarantee_totals(tenant: Tenant, pool_id: int, *, excluding_project_id: int | None = None) -> int:
+    """Return the sum of the guarantees of `tenant`'s projects in one pool."""
+    quotas = ProjectQuota.all_tenants.filter(tenant=tenant, pool_id=pool_id)
+    if excluding_project_id is not None:
+        quotas = quotas.exclude(project_id=excluding_project_id)
+    return sum(quotas.values_list("guaranteed", flat=True))
+
+
+def tokens_of_user(user: User) -> QuerySet[ApiToken]:
+    """Return every token `user` owns, across tenants: a user's own tokens are theirs to see."""
+    return ApiToken.all_tenants.filter(user=user).select_related("tenant")
+
+
+def audit_events_in_scope() -> QuerySet[AuditEvent]:
+    """Return the active tenant's audit events, newest first."""
+    return AuditEvent.objects.all()
+
+
+def all_audit_events() -> QuerySet[AuditEvent]:
+    """Return every audit event of the platform, newest first. For operators only."""
+    return AuditEvent.all_tenants.all()
+
+
+def tenant_summaries() -> QuerySet[Tenant]:
+    """Return tenants annotated with their project and member counts."""
+    return Tenant.objects.annotate(
+        project_count=Count("projects", distinct=True), member_count=Count("memberships", distinct=True)
+    )
+
+
+def memberships_of_user(user: User) -> QuerySet[Membership]:
+    """Return `user`'s memberships in every tenant, with the tenants loaded: a user's own are theirs to see."""
+    return Membership.all_tenants.filter(user=user, tenant__is_active=True).select_related("tenant").order_by("tenant__slug")

@@ -1,0 +1,52 @@
+"""All writes and workflows of the tenancy app. Every function is atomic and writes one audit event."""
+
+from tenants.services.audit import record_audit_event, snapshot
+from tenants.services.logins import clear_login_failures, login_locked_for, record_login_failure
+from tenants.services.members import Invitation, invite_member, remove_member, update_member
+from tenants.services.quotas import (
+    QuotaValues,
+    create_project_quota,
+    create_tenant_quota,
+    delete_project_quota,
+    delete_tenant_quota,
+    update_project_quota,
+    update_tenant_quota,
+)
+from tenants.services.tenants import (
+    create_project,
+    create_tenant,
+    delete_project,
+    delete_tenant,
+    update_project,
+    update_tenant,
+)
+from tenants.services.tokens import IssuedToken, create_token, revoke_token
+from tenants.services.users import create_operator
+
+__all__ = [
+    "Invitation",
+    "IssuedToken",
+    "QuotaValues",
+    "clear_login_failures",
+    "create_operator",
+    "create_project",
+    "create_project_quota",
+    "create_tenant",
+    "create_tenant_quota",
+    "create_token",
+    "delete_project",
+    "delete_project_quota",
+    "delete_tenant",
+    "delete_tenant_quota",
+    "invite_member",
+    "login_locked_for",
+    "record_audit_event",
+    "record_login_failure",
+    "remove_member",
+    "revoke_token",
+    "snapshot",
+    "update_member",
+    "update_project",
+    "update_project_quota",
+    "update_tenant",
+]

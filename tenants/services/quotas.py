@@ -1,0 +1,236 @@
+"""GPU quotas per (tenant, pool), set by operators, and per (project, pool), set by tenant admins.
+
+The rules, each reported on the field it concerns:
+- every number is within its range (no negative or absurd values);
+- limit >= guaranteed;
+- a project's quota needs a tenant quota in the same pool, its limit is at
+  most the tenant's limit, the projects' guarantees sum to at most the
+  tenant's guarantee, and its count limits are at most the tenant's;
+- lowering a tenant quota below what its projects already hold is refused;
+- a pool dedicated to one tenant takes no quota of another.
+Every check runs before anything is written, under a lock on the tenant's
+quota row so that concurrent edits cannot together break the sum rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from gpucloud.errors import invalid
+from tenants.choices import Role
+from tenants.context import Actor
+from tenants.models import (
+    MAX_COUNT,
+    MAX_GPUS,
+    MAX_RUNTIME_SECONDS,
+    MAX_WEIGHT,
+    Project,
+    ProjectQuota,
+    Tenant,
+    TenantQuota,
+)
+from tenants.services.access import require_operator, require_role
+from tenants.services.audit import JsonDict, record_audit_event
+
+COUNT_FIELDS = ("max_notebooks_per_user", "max_pending_workloads", "max_runtime_seconds")
+
+
+@dataclass(frozen=True)
+class QuotaValues:
+    """The numbers of one quota. Count limits of None mean "no limit at this level"."""
+
+    guaranteed: int = 0
+    limit: int = 0
+    weight: int = 1
+    max_notebooks_per_user: int | None = None
+    max_pending_workloads: int | None = None
+    max_runtime_seconds: int | None = None
+
+    @classmethod
+    def of(cls, quota: TenantQuota | ProjectQuota) -> QuotaValues:
+        return cls(**{f.name: getattr(quota, f.name) for f in fields(cls)})
+
+    def merged(self, changes: dict[str, Any]) -> QuotaValues:
+        """Return a copy with `changes` applied (unknown keys are ignored)."""
+        known = {f.name for f in fields(self)}
+        return replace(self, **{k: v for k, v in changes.items() if k in known})
+
+
+_RANGES: dict[str, tuple[int, int]] = {
+    "guaranteed": (0, MAX_GPUS),
+    "limit": (0, MAX_GPUS),
+    "weight": (0, MAX_WEIGHT),
+    "max_notebooks_per_user": (0, MAX_COUNT),
+    "max_pending_workloads": (0, MAX_COUNT),
+    "max_runtime_seconds": (60, MAX_RUNTIME_SECONDS),
+}
+
+
+def _check_ranges(values: QuotaValues) -> None:
+    errors: dict[str, list[ValidationError]] = {}
+    for name, (low, high) in _RANGES.items():
+        value = getattr(values, name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors[name] = [ValidationError("Must be a whole number.", code="invalid")]
+        elif not low <= value <= high:
+            errors[name] = [ValidationError(f"Must be between {low} and {high}.", code="out_of_range")]
+    if errors:
+        raise ValidationError(errors)
+    if values.limit < values.guaranteed:
+        raise invalid(
+            "limit", "limit_below_guaranteed", f"The limit ({values.limit}) must be at least the guarantee ({values.guaranteed})."
+        )
+
+
+def _check_pool_open_to(tenant: Tenant, pool: Any) -> None:
+    if pool.dedicated_tenant_id is not None and pool.dedicated_tenant_id != tenant.pk:
+        raise invalid("pool", "pool_dedicated", f"Pool {pool.name} is dedicated to another tenant.")
+
+
+def _project_quotas(tenant: Tenant, pool_id: int) -> list[ProjectQuota]:
+    return list(ProjectQuota.all_tenants.filter(tenant=tenant, pool_id=pool_id))
+
+
+def _check_tenant_covers_projects(tenant: Tenant, pool_id: int, values: QuotaValues) -> None:
+    projects = _project_quotas(tenant, pool_id)
+    guaranteed = sum(q.guaranteed for q in projects)
+    if values.guaranteed < guaranteed:
+        raise invalid(
+            "guaranteed",
+            "below_project_guarantees",
+            f"The tenant's projects are guaranteed {guaranteed} GPUs in this pool; lower theirs first.",
+        )
+    highest = max((q.limit for q in projects), default=0)
+    if values.limit < highest:
+        raise invalid("limit", "below_project_limit", f"A project in this pool has a limit of {highest}; lower it first.")
+    for name in COUNT_FIELDS:
+        cap = getattr(values, name)
+        if cap is not None and any(getattr(q, name) is not None and getattr(q, name) > cap for q in projects):
+            raise invalid(name, "below_project_limit", f"A project in this pool has a higher {name}; lower it first.")
+
+
+def _check_project_within_tenant(tenant_quota: TenantQuota, project: Project, values: QuotaValues) -> None:
+    if values.limit > tenant_quota.limit:
+        raise invalid(
+            "limit", "above_tenant_limit", f"The limit ({values.limit}) exceeds the tenant's limit of {tenant_quota.limit} GPUs."
+        )
+    others = sum(q.guaranteed for q in _project_quotas(tenant_quota.tenant, tenant_quota.pool_id) if q.project_id != project.pk)
+    if others + values.guaranteed > tenant_quota.guaranteed:
+        raise invalid(
+            "guaranteed",
+            "exceeds_tenant_guarantee",
+            f"Projects' guarantees would total {others + values.guaranteed} GPUs; "
+            f"the tenant is guaranteed {tenant_quota.guaranteed} ({tenant_quota.guaranteed - others} left for this project).",
+        )
+    for name in COUNT_FIELDS:
+        cap, value = getattr(tenant_quota, name), getattr(values, name)
+        if cap is not None and value is not None and value > cap:
+            raise invalid(name, "above_tenant_limit", f"{name} ({value}) exceeds the tenant's {cap}.")
+
+
+def _locked_tenant_quota(tenant: Tenant, pool_id: int) -> TenantQuota | None:
+    return TenantQuota.all_tenants.select_for_update().select_related("tenant").filter(tenant=tenant, pool_id=pool_id).first()
+
+
+def _quota_snapshot(quota: TenantQuota | ProjectQuota) -> JsonDict:
+    data: JsonDict = {"pool": quota.pool_id, **asdict(QuotaValues.of(quota))}
+    if isinstance(quota, ProjectQuota):
+        data["project"] = quota.project_id
+    return data
+
+
+@transaction.atomic
+def create_tenant_quota(*, actor: Actor, tenant: Tenant, pool: Any, values: QuotaValues) -> TenantQuota:
+    """Give `tenant` a quota in `pool`; operators only. Raises ValidationError naming the broken rule."""
+    require_operator(actor)
+    _check_ranges(values)
+    _check_pool_open_to(tenant, pool)
+    if _locked_tenant_quota(tenant, pool.pk) is not None:
+        raise invalid("pool", "unique", f"The tenant already has a quota in pool {pool.name}; change that one.")
+    quota = TenantQuota.all_tenants.create(tenant=tenant, pool=pool, **asdict(values))
+    record_audit_event(actor=actor, action="tenant_quota.create", obj=quota, tenant_id=tenant.pk, after=_quota_snapshot(quota))
+    return quota
+
+
+@transaction.atomic
+def update_tenant_quota(*, actor: Actor, quota: TenantQuota, changes: dict[str, Any]) -> TenantQuota:
+    """Change a tenant quota's numbers; operators only (a tenant admin never changes its own tenant's quota)."""
+    require_operator(actor)
+    locked = _locked_tenant_quota(quota.tenant, quota.pool_id)
+    if locked is None:
+        raise TenantQuota.DoesNotExist()
+    values = QuotaValues.of(locked).merged(changes)
+    _check_ranges(values)
+    _check_tenant_covers_projects(locked.tenant, locked.pool_id, values)
+    before = _quota_snapshot(locked)
+    for name, value in asdict(values).items():
+        setattr(locked, name, value)
+    locked.save()
+    record_audit_event(
+        actor=actor, action="tenant_quota.update", obj=locked, tenant_id=locked.tenant_id, before=before, after=_quota_snapshot(locked)
+    )
+    return locked
+
+
+@transaction.atomic
+def delete_tenant_quota(*, actor: Actor, quota: TenantQuota) -> None:
+    """Remove a tenant quota and, with it, its projects' quotas in that pool; operators only."""
+    require_operator(actor)
+    record_audit_event(actor=actor, action="tenant_quota.delete", obj=quota, tenant_id=quota.tenant_id, before=_quota_snapshot(quota))
+    ProjectQuota.all_tenants.filter(tenant_id=quota.tenant_id, pool_id=quota.pool_id).delete()
+    quota.delete()
+
+
+@transaction.atomic
+def create_project_quota(*, actor: Actor, project: Project, pool: Any, values: QuotaValues) -> ProjectQuota:
+    """Give `project` a share of its tenant's quota in `pool`; tenant admins and operators."""
+    require_role(actor, project.tenant, Role.ADMIN)
+    _check_ranges(values)
+    tenant_quota = _locked_tenant_quota(project.tenant, pool.pk)
+    if tenant_quota is None:
+        raise invalid("pool", "no_tenant_quota", f"The tenant has no quota in pool {pool.name}; ask an operator for one.")
+    if ProjectQuota.all_tenants.filter(project=project, pool=pool).exists():
+        raise invalid("pool", "unique", f"The project already has a quota in pool {pool.name}; change that one.")
+    _check_project_within_tenant(tenant_quota, project, values)
+    quota = ProjectQuota.all_tenants.create(tenant_id=project.tenant_id, project=project, pool=pool, **asdict(values))
+    record_audit_event(
+        actor=actor, action="project_quota.create", obj=quota, tenant_id=project.tenant_id, after=_quota_snapshot(quota)
+    )
+    return quota
+
+
+@transaction.atomic
+def update_project_quota(*, actor: Actor, quota: ProjectQuota, changes: dict[str, Any]) -> ProjectQuota:
+    """Change a project quota's numbers within the tenant's; tenant admins and operators."""
+    require_role(actor, quota.project.tenant, Role.ADMIN)
+    tenant_quota = _locked_tenant_quota(quota.project.tenant, quota.pool_id)
+    locked = ProjectQuota.all_tenants.select_for_update().select_related("project").get(pk=quota.pk)
+    values = QuotaValues.of(locked).merged(changes)
+    _check_ranges(values)
+    if tenant_quota is None:
+        raise invalid("pool", "no_tenant_quota", "The tenant no longer has a quota in this pool.")
+    _check_project_within_tenant(tenant_quota, locked.project, values)
+    before = _quota_snapshot(locked)
+    for name, value in asdict(values).items():
+        setattr(locked, name, value)
+    locked.save()
+    record_audit_event(
+        actor=actor, action="project_quota.update", obj=locked, tenant_id=locked.tenant_id, before=before, after=_quota_snapshot(locked)
+    )
+    return locked
+
+
+@transaction.atomic
+def delete_project_quota(*, actor: Actor, quota: ProjectQuota) -> None:
+    """Remove a project's quota in one pool; tenant admins and operators."""
+    require_role(actor, quota.project.tenant, Role.ADMIN)
+    record_audit_event(
+        actor=actor, action="project_quota.delete", obj=quota, tenant_id=quota.tenant_id, before=_quota_snapshot(quota)
+    )
+    quota.delete()

@@ -1,0 +1,136 @@
+"""Personal API tokens: created with a role no higher than the owner's, stored as a digest, shown once."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from gpucloud.errors import invalid
+from tenants.choices import Role
+from tenants.context import Actor
+from tenants.models import ApiToken, Tenant
+from tenants.services.access import require_role
+from tenants.services.audit import JsonDict, record_audit_event
+
+TOKEN_SCHEME = "gpc"
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A new token and its secret, which exists only here and is never stored."""
+
+    token: ApiToken
+    secret: str
+
+
+def digest(secret: str) -> str:
+    """Return the stored form of a token secret."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def split_secret(secret: str) -> tuple[str, str] | None:
+    """Return (prefix, secret) of a well-formed `gpc_<prefix>_<key>` string, else None."""
+    parts = secret.split("_", 2)
+    if len(parts) != 3 or parts[0] != TOKEN_SCHEME or not parts[1] or not parts[2]:
+        return None
+    return parts[1], secret
+
+
+def matches(token: ApiToken, secret: str) -> bool:
+    """Return whether `secret` is the token's, comparing digests in constant time."""
+    return hmac.compare_digest(token.digest, digest(secret))
+
+
+def _token_snapshot(token: ApiToken) -> JsonDict:
+    return {
+        "name": token.name,
+        "role": token.role,
+        "prefix": token.prefix,
+        "user": token.user.get_username(),
+        "expires_at": token.expires_at.isoformat(),
+        "revoked_at": token.revoked_at.isoformat() if token.revoked_at else None,
+    }
+
+
+def _check_role(actor: Actor, tenant: Tenant | None, role: str) -> Role:
+    if role not in Role.values:
+        raise invalid("role", "invalid_choice", f"Role must be one of {', '.join(Role.values)}.")
+    wanted = Role(role)
+    if wanted == Role.OPERATOR:
+        if not actor.is_operator:
+            raise PermissionDenied("Only operators can create operator tokens.")
+        if tenant is not None:
+            raise invalid("tenant", "operator_token_has_no_tenant", "Operator tokens act on the whole platform; leave tenant empty.")
+        return wanted
+    if tenant is None:
+        raise invalid("tenant", "required", "A token with a tenant role must name its tenant.")
+    own = require_role(actor, tenant, Role.VIEWER)
+    if not own.at_least(wanted):
+        raise invalid("role", "above_own_role", f"A token's role cannot be above your own ({own.value}).")
+    return wanted
+
+
+@transaction.atomic
+def create_token(*, actor: Actor, tenant: Tenant | None, name: str, role: str, expires_in_days: int) -> IssuedToken:
+    """Create a token for the acting user and return it with its secret.
+
+    Raises ValidationError for a blank name, a lifetime outside 1..API_TOKEN_MAX_DAYS
+    or a role above the owner's; PermissionDenied when the actor is itself a
+    token of another tenant.
+    """
+    if actor.user is None:
+        raise PermissionDenied("Tokens belong to users.")
+    if not name.strip() or len(name) > 80:
+        raise invalid("name", "invalid", "Give the token a name of 1 to 80 characters.")
+    if not 1 <= expires_in_days <= settings.API_TOKEN_MAX_DAYS:
+        raise invalid("expires_in_days", "out_of_range", f"Must be between 1 and {settings.API_TOKEN_MAX_DAYS} days.")
+    granted = _check_role(actor, tenant, role)
+    if actor.token is not None and not Role(actor.token.role).at_least(granted):
+        raise invalid("role", "above_own_role", "A token cannot create a token with more rights than itself.")
+    prefix = secrets.token_hex(6)
+    secret = f"{TOKEN_SCHEME}_{prefix}_{secrets.token_urlsafe(32)}"
+    token = ApiToken.all_tenants.create(
+        tenant=tenant,
+        user=actor.user,
+        name=name.strip(),
+        role=granted,
+        prefix=prefix,
+        digest=digest(secret),
+        expires_at=timezone.now() + timedelta(days=expires_in_days),
+    )
+    record_audit_event(
+        actor=actor, action="api_token.create", obj=token, tenant_id=token.tenant_id, after=_token_snapshot(token)
+    )
+    return IssuedToken(token=token, secret=secret)
+
+
+@transaction.atomic
+def revoke_token(*, actor: Actor, token: ApiToken) -> ApiToken:
+    """Revoke `token` so that its next request is refused; its owner, its tenant's admins or operators.
+
+    Revoking an already revoked token changes nothing and writes no event.
+    """
+    if actor.user is None:
+        raise PermissionDenied("Tokens are revoked by users.")
+    if token.user_id != actor.user.pk and not actor.is_operator:
+        if token.tenant is None:
+            raise PermissionDenied("Only operators revoke other people's operator tokens.")
+        require_role(actor, token.tenant, Role.ADMIN)
+    token = ApiToken.all_tenants.select_for_update().select_related("user").get(pk=token.pk)
+    if token.revoked_at is not None:
+        return token
+    before = _token_snapshot(token)
+    token.revoked_at = timezone.now()
+    token.save(update_fields=["revoked_at"])
+    record_audit_event(
+        actor=actor, action="api_token.revoke", obj=token, tenant_id=token.tenant_id, before=before, after=_token_snapshot(token)
+    )
+    return token

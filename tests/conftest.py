@@ -1,0 +1,131 @@
+"""Shared fixtures: persona accounts and real-service gates.
+
+Personas: `operator` (platform staff); tenant A's `admin_a`, `member_a`,
+`viewer_a`; tenant B's `admin_b` (the outsider). Tenant A has a project
+`alpha`, pool `shared` has a quota for tenant A.
+
+Tests marked `postgres`, `redis` or `browser` skip when the service is
+missing, unless GPUCLOUD_REQUIRE_SERVICES names it: then they fail, which
+is how CI proves they ran against the real thing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection
+from rest_framework.test import APIClient
+
+from inventory.models import NodePool
+from tenants.context import Actor
+from tenants.models import Membership, Project, Tenant, TenantQuota
+from tenants.scoping import deactivate_tenant
+
+PASSWORD = "correct-horse-battery-staple"
+REQUIRED = {s.strip() for s in os.environ.get("GPUCLOUD_REQUIRE_SERVICES", "").split(",") if s.strip()}
+
+
+def chromium_path() -> str | None:
+    """Return the Chromium executable tests drive, or None when there is none."""
+    configured = os.environ.get("CHROMIUM_PATH")
+    if configured:
+        return configured if os.path.exists(configured) else None
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _missing(service: str) -> str | None:
+    if service == "postgres" and connection.vendor != "postgresql":
+        return "DATABASE_URL does not point at Postgres"
+    if service == "redis" and settings.REDIS_URL is None:
+        return "REDIS_URL is not set"
+    if service == "browser" and chromium_path() is None:
+        return "no Chromium found (set CHROMIUM_PATH)"
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for service in ("postgres", "redis", "browser"):
+        if item.get_closest_marker(service) is None:
+            continue
+        reason = _missing(service)
+        if reason is None:
+            continue
+        if service in REQUIRED:
+            pytest.fail(f"{service} is required (GPUCLOUD_REQUIRE_SERVICES) but missing: {reason}", pytrace=False)
+        pytest.skip(f"{service} unavailable: {reason}")
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_scope() -> Iterator[None]:
+    yield
+    deactivate_tenant()
+
+
+@dataclass
+class World:
+    """The persona world every permission test starts from."""
+
+    operator: User
+    admin_a: User
+    member_a: User
+    viewer_a: User
+    admin_b: User
+    tenant_a: Tenant
+    tenant_b: Tenant
+    project_a: Project
+    project_b: Project
+    pool: NodePool
+    quota_a: TenantQuota
+
+
+def _user(username: str, *, staff: bool = False) -> User:
+    return User.objects.create_user(username, f"{username}@example.com", PASSWORD, is_staff=staff, is_superuser=staff)
+
+
+@pytest.fixture
+def world(db: None) -> World:
+    operator = _user("operator", staff=True)
+    tenant_a = Tenant.objects.create(slug="tenant-a", name="Tenant A")
+    tenant_b = Tenant.objects.create(slug="tenant-b", name="Tenant B")
+    users = {name: _user(name) for name in ("admin_a", "member_a", "viewer_a", "admin_b")}
+    for name, tenant, role in (
+        ("admin_a", tenant_a, "admin"),
+        ("member_a", tenant_a, "member"),
+        ("viewer_a", tenant_a, "viewer"),
+        ("admin_b", tenant_b, "admin"),
+    ):
+        Membership.all_tenants.create(tenant=tenant, user=users[name], role=role)
+    pool = NodePool.objects.create(name="shared", description="Shared pool")
+    return World(
+        operator=operator,
+        tenant_a=tenant_a,
+        tenant_b=tenant_b,
+        project_a=Project.all_tenants.create(tenant=tenant_a, slug="alpha", name="Alpha"),
+        project_b=Project.all_tenants.create(tenant=tenant_b, slug="beta", name="Beta"),
+        pool=pool,
+        quota_a=TenantQuota.all_tenants.create(tenant=tenant_a, pool=pool, guaranteed=8, limit=16, weight=1),
+        **users,
+    )
+
+
+@pytest.fixture
+def api() -> APIClient:
+    return APIClient()
+
+
+def client_for(user: User | None) -> APIClient:
+    """Return an API client logged in as `user` (anonymous for None)."""
+    client = APIClient()
+    if user is not None:
+        client.force_authenticate(user)
+    return client
+
+
+def actor(user: User) -> Actor:
+    return Actor(user=user)
