@@ -1,12 +1,12 @@
 """The `gpucloud` command.
 
-    gpucloud up              migrate, collect static files, create the first operator,
-                             and serve the console with its workers in one process
-    gpucloud serve           serve the web process only (distributed deployments)
-    gpucloud worker          run a Celery worker (controller), optionally with beat
-    gpucloud migrate         apply database migrations
-    gpucloud createoperator  create a platform operator account
-    gpucloud manage ...      any Django management command
+gpucloud up              migrate, collect static files, create the first operator,
+                         and serve the console with its workers in one process
+gpucloud serve           serve the web process only (distributed deployments)
+gpucloud worker          run a Celery worker (controller), optionally with beat
+gpucloud migrate         apply database migrations
+gpucloud createoperator  create a platform operator account
+gpucloud manage ...      any Django management command
 """
 
 from __future__ import annotations
@@ -48,7 +48,10 @@ def _ensure_first_operator() -> None:
         password = secrets.token_urlsafe(18)
     create_operator(actor=SYSTEM, username=username, password=password)
     if generated:
-        print(f"\n  First operator account created: {username} / {password}\n  This password is shown only once.\n", flush=True)
+        print(
+            f"\n  First operator account created: {username} / {password}\n  This password is shown only once.\n",
+            flush=True,
+        )
     else:
         print(f"First operator account created: {username} (password from GPUCLOUD_ADMIN_PASSWORD).", flush=True)
 
@@ -116,7 +119,10 @@ def cmd_createoperator(args: argparse.Namespace) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpucloud", description="Multi-tenant GPU cloud console.")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("up", "run the console with everything in one process"), ("serve", "serve the web process")):
+    for name, help_text in (
+        ("up", "run the console with everything in one process"),
+        ("serve", "serve the web process"),
+    ):
         sub = commands.add_parser(name, help=help_text)
         sub.add_argument("--host", default=os.environ.get("GPUCLOUD_HOST", "127.0.0.1"))
         sub.add_argument("--port", type=int, default=int(os.environ.get("GPUCLOUD_PORT", "8000")))

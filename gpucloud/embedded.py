@@ -36,8 +36,9 @@ def start_worker(app: Celery, *, queues: list[str], concurrency: int = 4) -> Wor
     return worker
 
 
-def start_beat(app: Celery, *, schedule_file: Path) -> EmbeddedService:
+def start_beat(app: Celery, *, schedule_file: Path) -> threading.Thread:
     """Start Celery beat on a daemon thread, keeping its schedule state in `schedule_file`."""
     beat = EmbeddedService(app, thread=True, schedule_filename=str(schedule_file))
+    assert isinstance(beat, threading.Thread)
     beat.start()
     return beat

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import include, path, re_path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from gpucloud import views
 from inventory.api import urls as inventory_api
 from tenants.api import urls as tenants_api
 
-api_v1 = [
+api_v1: list[URLPattern | URLResolver] = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     path("tenants/<str:tenant>/", include(tenants_api.tenant.urls)),

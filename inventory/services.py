@@ -29,7 +29,9 @@ def _check_dedication(pool: NodePool, tenant: Tenant | None) -> None:
 
 
 @transaction.atomic
-def create_node_pool(*, actor: Actor, name: str, description: str = "", dedicated_tenant: Tenant | None = None) -> NodePool:
+def create_node_pool(
+    *, actor: Actor, name: str, description: str = "", dedicated_tenant: Tenant | None = None
+) -> NodePool:
     """Create a node pool; operators only. Raises ValidationError on a taken or malformed name."""
     require_operator(actor)
     pool = NodePool(name=name, description=description, dedicated_tenant=dedicated_tenant)
@@ -38,7 +40,9 @@ def create_node_pool(*, actor: Actor, name: str, description: str = "", dedicate
         raise invalid("name", "unique", f"A pool named {name!r} already exists.")
     pool.save()
     tenant_id = dedicated_tenant.pk if dedicated_tenant else None
-    record_audit_event(actor=actor, action="node_pool.create", obj=pool, tenant_id=tenant_id, after=snapshot(pool, POOL_FIELDS))
+    record_audit_event(
+        actor=actor, action="node_pool.create", obj=pool, tenant_id=tenant_id, after=snapshot(pool, POOL_FIELDS)
+    )
     return pool
 
 
@@ -80,7 +84,11 @@ def delete_node_pool(*, actor: Actor, pool: NodePool) -> None:
     """Delete a pool; operators only. Raises Conflict while quotas still reference it."""
     require_operator(actor)
     record_audit_event(
-        actor=actor, action="node_pool.delete", obj=pool, tenant_id=pool.dedicated_tenant_id, before=snapshot(pool, POOL_FIELDS)
+        actor=actor,
+        action="node_pool.delete",
+        obj=pool,
+        tenant_id=pool.dedicated_tenant_id,
+        before=snapshot(pool, POOL_FIELDS),
     )
     try:
         pool.delete()

@@ -26,7 +26,8 @@ END;
 $$ LANGUAGE plpgsql;
 CREATE TRIGGER audit_no_update BEFORE UPDATE ON {TABLE} FOR EACH ROW EXECUTE FUNCTION gpucloud_audit_append_only();
 CREATE TRIGGER audit_no_delete BEFORE DELETE ON {TABLE} FOR EACH ROW EXECUTE FUNCTION gpucloud_audit_append_only();
-CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON {TABLE} FOR EACH STATEMENT EXECUTE FUNCTION gpucloud_audit_append_only();
+CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON {TABLE}
+    FOR EACH STATEMENT EXECUTE FUNCTION gpucloud_audit_append_only();
 """
 POSTGRES_REMOVE = f"""
 DROP TRIGGER IF EXISTS audit_no_update ON {TABLE};

@@ -49,7 +49,10 @@ class ApiTokenAuthentication(BaseAuthentication):
             raise exceptions.AuthenticationFailed("This API token has expired.")
         if not token.user.is_active:
             raise exceptions.AuthenticationFailed("The token's owner is deactivated.")
-        if token.tenant_id is not None and not Membership.all_tenants.filter(tenant_id=token.tenant_id, user_id=token.user_id).exists():
+        if (
+            token.tenant_id is not None
+            and not Membership.all_tenants.filter(tenant_id=token.tenant_id, user_id=token.user_id).exists()
+        ):
             raise exceptions.AuthenticationFailed("The token's owner is no longer a member of its tenant.")
         if token.last_used_at is None or now - token.last_used_at > _LAST_USED_RESOLUTION:
             ApiToken.all_tenants.filter(pk=token.pk).update(last_used_at=now)

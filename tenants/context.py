@@ -25,7 +25,10 @@ class RequestInfo:
     via: Via = Via.SYSTEM
 
 
-_request_info: ContextVar[RequestInfo] = ContextVar("gpucloud_request_info", default=RequestInfo())
+_request_info: ContextVar[RequestInfo] = ContextVar(
+    "gpucloud_request_info",
+    default=RequestInfo(),  # noqa: B039 -- frozen dataclass, shared safely
+)
 
 
 def current_request_info() -> RequestInfo:

@@ -132,9 +132,7 @@ class ProjectQuota(TenantOwnedModel, QuotaFields):
         ordering = ["project__slug", "pool__name"]
         constraints = [
             models.UniqueConstraint(fields=["project", "pool"], name="project_quota_unique_per_pool"),
-            models.CheckConstraint(
-                condition=Q(limit__gte=F("guaranteed")), name="project_quota_limit_gte_guaranteed"
-            ),
+            models.CheckConstraint(condition=Q(limit__gte=F("guaranteed")), name="project_quota_limit_gte_guaranteed"),
         ]
 
     def __str__(self) -> str:
@@ -148,7 +146,10 @@ class ApiToken(TenantOwnedModel):
     The token's role caps the owner's current role, it never adds to it.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tokens", null=True, blank=True)
+    # Nullable here alone: operator tokens belong to no tenant.
+    tenant = models.ForeignKey(  # type: ignore[assignment]
+        Tenant, on_delete=models.CASCADE, related_name="tokens", null=True, blank=True
+    )
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=80)
     role = models.CharField(max_length=16, choices=Role.choices)
@@ -182,7 +183,8 @@ class AuditEvent(TenantOwnedModel):
     the objects it names; `actor_label` keeps the name that acted.
     """
 
-    tenant = models.ForeignKey(
+    # Nullable here: platform events (node pools, operators) belong to no tenant.
+    tenant = models.ForeignKey(  # type: ignore[assignment]
         Tenant, on_delete=models.DO_NOTHING, db_constraint=False, null=True, blank=True, related_name="+"
     )
     actor = models.ForeignKey(

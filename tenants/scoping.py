@@ -107,8 +107,8 @@ class TenantOwnedModel(models.Model):
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
 
-    objects = TenantScopedManager()
     all_tenants = models.Manager()
+    objects = TenantScopedManager()
 
     class Meta:
         abstract = True

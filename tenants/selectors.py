@@ -55,7 +55,7 @@ def tenants_visible_to(actor: Actor) -> QuerySet[Tenant]:
         return Tenant.objects.none()
     tenants = Tenant.objects.filter(memberships__user=actor.user, is_active=True)
     if actor.token is not None:
-        tenants = tenants.filter(pk=actor.token.tenant_id)
+        return tenants.filter(pk=actor.token.tenant_id) if actor.token.tenant_id is not None else tenants.none()
     return tenants
 
 
@@ -121,4 +121,8 @@ def tenant_summaries() -> QuerySet[Tenant]:
 
 def memberships_of_user(user: User) -> QuerySet[Membership]:
     """Return `user`'s memberships in every tenant, with the tenants loaded: a user's own are theirs to see."""
-    return Membership.all_tenants.filter(user=user, tenant__is_active=True).select_related("tenant").order_by("tenant__slug")
+    return (
+        Membership.all_tenants.filter(user=user, tenant__is_active=True)
+        .select_related("tenant")
+        .order_by("tenant__slug")
+    )

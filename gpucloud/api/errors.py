@@ -71,7 +71,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, Conflict):
         return Response(error_body(exc.code, exc.message), status=409)
     if isinstance(exc, IntegrityError):
-        return Response(error_body("conflict", "The change clashes with a concurrent one; reload and try again."), status=409)
+        return Response(
+            error_body("conflict", "The change clashes with a concurrent one; reload and try again."), status=409
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

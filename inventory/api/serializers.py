@@ -15,8 +15,10 @@ def _tenants(context: dict[str, Any]) -> Any:
     return Tenant.objects.all()
 
 
-class NodePoolSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
-    dedicated_tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class NodePoolSerializer(serializers.ModelSerializer):
+    dedicated_tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
 
     class Meta:
         model = NodePool
@@ -24,12 +26,12 @@ class NodePoolSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         read_only_fields = fields
 
 
-class NodePoolCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class NodePoolCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=40)
     description = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
     dedicated_tenant = ScopedSlugField(selector=_tenants, required=False, allow_null=True, default=None)
 
 
-class NodePoolUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class NodePoolUpdateSerializer(serializers.Serializer):
     description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
     dedicated_tenant = ScopedSlugField(selector=_tenants, required=False, allow_null=True)

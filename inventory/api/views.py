@@ -14,7 +14,7 @@ from inventory.models import NodePool
 from tenants.api.base import PlatformViewSet
 
 
-class NodePoolEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformViewSet):  # type: ignore[misc]
+class NodePoolEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformViewSet):
     """Node pools: operators manage them; tenant users see shared pools and their own dedicated ones."""
 
     serializer_class = s.NodePoolSerializer

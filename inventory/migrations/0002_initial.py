@@ -5,18 +5,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('inventory', '0001_initial'),
-        ('tenants', '0001_initial'),
+        ("inventory", "0001_initial"),
+        ("tenants", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='nodepool',
-            name='dedicated_tenant',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='dedicated_pools', to='tenants.tenant'),
+            model_name="nodepool",
+            name="dedicated_tenant",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="dedicated_pools",
+                to="tenants.tenant",
+            ),
         ),
     ]

@@ -15,7 +15,7 @@ tokens, the platform audit log) have no tenant in the URL.
 from __future__ import annotations
 
 from contextvars import Token
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from django.db.models import Model, QuerySet
 from rest_framework import exceptions, serializers
@@ -45,7 +45,7 @@ _SEALED = (
 
 def _schema_queryset(view: BaseViewSet) -> QuerySet[Any]:
     """Return an empty queryset of the endpoint's model, for OpenAPI schema generation only."""
-    model = view.get_serializer_class().Meta.model
+    model = cast(Any, view.get_serializer_class()).Meta.model
     return model._base_manager.none()
 
 
@@ -55,14 +55,14 @@ def actor_of(request: Request) -> Actor:
     return Actor(user=request.user if request.user.is_authenticated else None, token=token)
 
 
-class BaseViewSet(GenericViewSet):  # type: ignore[type-arg]  # subclasses fix the model type
+class BaseViewSet(GenericViewSet):
     """Common machinery. Use TenantViewSet or PlatformViewSet, never this directly."""
 
     read_role: ClassVar[Role] = Role.VIEWER
     write_role: ClassVar[Role] = Role.ADMIN
     action_roles: ClassVar[dict[str, Role]] = {}
-    input_serializer_class: ClassVar[type[serializers.Serializer] | None] = None  # type: ignore[type-arg]
-    update_serializer_class: ClassVar[type[serializers.Serializer] | None] = None  # type: ignore[type-arg]
+    input_serializer_class: ClassVar[type[serializers.Serializer] | None] = None
+    update_serializer_class: ClassVar[type[serializers.Serializer] | None] = None
 
     actor: Actor
     role: Role
@@ -72,7 +72,9 @@ class BaseViewSet(GenericViewSet):  # type: ignore[type-arg]  # subclasses fix t
         if cls.__module__ != __name__:
             overridden = [name for name in _SEALED if name in cls.__dict__]
             if overridden:
-                raise TypeError(f"{cls.__name__} may not override {', '.join(overridden)}: access is decided by the base.")
+                raise TypeError(
+                    f"{cls.__name__} may not override {', '.join(overridden)}: access is decided by the base."
+                )
 
     def scoped_queryset(self) -> QuerySet[Any]:
         """Return what this endpoint serves, read through scoped selectors. Subclasses implement it."""
@@ -96,7 +98,9 @@ class BaseViewSet(GenericViewSet):  # type: ignore[type-arg]  # subclasses fix t
         context["tenant"] = getattr(self, "tenant", None)
         return context
 
-    def validated_input(self, serializer_class: type[serializers.Serializer], *, partial: bool = False) -> dict[str, Any]:  # type: ignore[type-arg]
+    def validated_input(
+        self, serializer_class: type[serializers.Serializer], *, partial: bool = False
+    ) -> dict[str, Any]:
         """Validate the request body with `serializer_class` and return its data; raises ValidationError."""
         serializer = serializer_class(data=self.request.data, partial=partial, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)

@@ -12,7 +12,7 @@ from rest_framework import serializers
 
 
 @extend_schema_field(OpenApiTypes.STR)
-class ScopedSlugField(serializers.SlugRelatedField):  # type: ignore[type-arg]
+class ScopedSlugField(serializers.SlugRelatedField):
     """A slug reference resolved through `selector(context)` at validation time, never at import.
 
     An object outside the selector's queryset (another tenant's, say) is

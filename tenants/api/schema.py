@@ -7,7 +7,7 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 
-class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+class ApiTokenScheme(OpenApiAuthenticationExtension):
     target_class = "tenants.authentication.ApiTokenAuthentication"
     name = "apiToken"
 

@@ -28,26 +28,26 @@ def _visible_tenants(context: dict[str, Any]) -> Any:
     return tenants_visible_to(context["actor"])
 
 
-class TenantSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class TenantSerializer(serializers.ModelSerializer):
     class Meta:
         model = Tenant
         fields = ["slug", "name", "description", "is_active", "created_at", "updated_at"]
         read_only_fields = fields
 
 
-class TenantCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class TenantCreateSerializer(serializers.Serializer):
     slug = serializers.CharField(max_length=40)
     name = serializers.CharField(max_length=120)
     description = serializers.CharField(max_length=MAX_TEXT, required=False, allow_blank=True, default="")
 
 
-class TenantUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class TenantUpdateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=120, required=False)
     description = serializers.CharField(max_length=MAX_TEXT, required=False, allow_blank=True)
     is_active = serializers.BooleanField(required=False)
 
 
-class ProjectSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class ProjectSerializer(serializers.ModelSerializer):
     class Meta:
         model = Project
         fields = ["slug", "name", "description", "created_at", "updated_at"]
@@ -58,15 +58,15 @@ class ProjectCreateSerializer(TenantCreateSerializer):
     pass
 
 
-class ProjectUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class ProjectUpdateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=120, required=False)
     description = serializers.CharField(max_length=MAX_TEXT, required=False, allow_blank=True)
 
 
-class MembershipSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class MembershipSerializer(serializers.ModelSerializer):
     username = serializers.CharField(source="user.username", read_only=True)
     email = serializers.CharField(source="user.email", read_only=True)
-    projects = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
+    projects: Any = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
 
     class Meta:
         model = Membership
@@ -74,18 +74,18 @@ class MembershipSerializer(serializers.ModelSerializer):  # type: ignore[type-ar
         read_only_fields = fields
 
 
-class MembershipCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class MembershipCreateSerializer(serializers.Serializer):
     username = serializers.CharField(max_length=150)
     email = serializers.EmailField(required=False, allow_blank=True, default="")
     role = serializers.ChoiceField(choices=MEMBERSHIP_ROLES, default=Role.MEMBER)
 
 
-class MembershipUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class MembershipUpdateSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=MEMBERSHIP_ROLES, required=False)
     projects = ScopedSlugField(selector=_projects, many=True, required=False)
 
 
-class QuotaNumbersSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class QuotaNumbersSerializer(serializers.Serializer):
     """The numbers of a quota; ranges and cross-quota rules are checked by the services."""
 
     guaranteed = serializers.IntegerField(required=False)
@@ -107,9 +107,9 @@ QUOTA_FIELDS = [
 ]
 
 
-class TenantQuotaSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class TenantQuotaSerializer(serializers.ModelSerializer):
+    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
 
     class Meta:
         model = TenantQuota
@@ -121,9 +121,9 @@ class TenantQuotaCreateSerializer(QuotaNumbersSerializer):
     pool = ScopedSlugField(selector=_open_pools, slug_field="name")
 
 
-class ProjectQuotaSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
-    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class ProjectQuotaSerializer(serializers.ModelSerializer):
+    project: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
 
     class Meta:
         model = ProjectQuota
@@ -136,17 +136,28 @@ class ProjectQuotaCreateSerializer(QuotaNumbersSerializer):
     pool = ScopedSlugField(selector=_open_pools, slug_field="name")
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class ApiTokenSerializer(serializers.ModelSerializer):
+    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     owner = serializers.CharField(source="user.username", read_only=True)
 
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "tenant", "owner", "role", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+        fields = [
+            "id",
+            "name",
+            "tenant",
+            "owner",
+            "role",
+            "prefix",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+        ]
         read_only_fields = fields
 
 
-class ApiTokenCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class ApiTokenCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=80)
     tenant = ScopedSlugField(selector=_visible_tenants, required=False, allow_null=True, default=None)
     role = serializers.ChoiceField(choices=Role.choices)
@@ -163,7 +174,7 @@ class IssuedTokenSerializer(ApiTokenSerializer):
         read_only_fields = fields
 
 
-class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class AuditEventSerializer(serializers.ModelSerializer):
     tenant = serializers.IntegerField(source="tenant_id", read_only=True)
     actor = serializers.CharField(source="actor_label", read_only=True)
 
@@ -188,8 +199,8 @@ class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[type-ar
         read_only_fields = fields
 
 
-class MembershipOfUserSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class MembershipOfUserSerializer(serializers.ModelSerializer):
+    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     tenant_name = serializers.CharField(source="tenant.name", read_only=True)
 
     class Meta:
@@ -198,7 +209,7 @@ class MembershipOfUserSerializer(serializers.ModelSerializer):  # type: ignore[t
         read_only_fields = fields
 
 
-class MeSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class MeSerializer(serializers.Serializer):
     """The caller as the `me` endpoint shows it."""
 
     username = serializers.CharField(source="actor.user.username", read_only=True)

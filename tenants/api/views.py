@@ -61,7 +61,9 @@ class ProjectEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
     @extend_schema(request=s.ProjectCreateSerializer, responses={201: s.ProjectSerializer})
     def create(self, request: Request, tenant: str) -> Response:
         data = self.validated_input(s.ProjectCreateSerializer)
-        return self.respond(services.create_project(actor=self.actor, tenant=self.tenant, **data), status.HTTP_201_CREATED)
+        return self.respond(
+            services.create_project(actor=self.actor, tenant=self.tenant, **data), status.HTTP_201_CREATED
+        )
 
     @extend_schema(request=s.ProjectUpdateSerializer, responses=s.ProjectSerializer)
     def partial_update(self, request: Request, tenant: str, slug: str) -> Response:
@@ -228,5 +230,6 @@ class MeEndpoint(PlatformViewSet):
     def list(self, request: Request) -> Response:
         memberships = selectors.memberships_of_user(request.user)  # type: ignore[arg-type]
         if self.actor.token is not None:
-            memberships = memberships.filter(tenant_id=self.actor.token.tenant_id)
+            # A token shows only its own tenant; an operator token belongs to none.
+            memberships = memberships.filter(tenant_id=self.actor.token.tenant_id or 0)
         return Response(s.MeSerializer({"actor": self.actor, "memberships": memberships}).data)

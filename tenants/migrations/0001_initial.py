@@ -8,189 +8,408 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('inventory', '0001_initial'),
+        ("inventory", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Tenant',
+            name="Tenant",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.CharField(max_length=40, unique=True, validators=[django.core.validators.RegexValidator('^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$', 'Use 1 to 40 lowercase letters, digits or hyphens, starting and ending with a letter or digit.', code='invalid_slug')])),
-                ('name', models.CharField(max_length=120)),
-                ('description', models.TextField(blank=True, max_length=2000)),
-                ('is_active', models.BooleanField(default=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "slug",
+                    models.CharField(
+                        max_length=40,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
+                                "Use 1 to 40 lowercase letters, digits or hyphens, starting and ending with a letter or digit.",
+                                code="invalid_slug",
+                            )
+                        ],
+                    ),
+                ),
+                ("name", models.CharField(max_length=120)),
+                ("description", models.TextField(blank=True, max_length=2000)),
+                ("is_active", models.BooleanField(default=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['slug'],
+                "ordering": ["slug"],
             },
         ),
         migrations.CreateModel(
-            name='Project',
+            name="Project",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.CharField(max_length=40, validators=[django.core.validators.RegexValidator('^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$', 'Use 1 to 40 lowercase letters, digits or hyphens, starting and ending with a letter or digit.', code='invalid_slug')])),
-                ('name', models.CharField(max_length=120)),
-                ('description', models.TextField(blank=True, max_length=2000)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='projects', to='tenants.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "slug",
+                    models.CharField(
+                        max_length=40,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
+                                "Use 1 to 40 lowercase letters, digits or hyphens, starting and ending with a letter or digit.",
+                                code="invalid_slug",
+                            )
+                        ],
+                    ),
+                ),
+                ("name", models.CharField(max_length=120)),
+                ("description", models.TextField(blank=True, max_length=2000)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="projects", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['slug'],
+                "ordering": ["slug"],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('all_tenants', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("all_tenants", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='Membership',
+            name="Membership",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('viewer', 'Viewer'), ('member', 'Member'), ('admin', 'Tenant admin')], default='member', max_length=16)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
-                ('projects', models.ManyToManyField(blank=True, related_name='memberships', to='tenants.project')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='tenants.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[("viewer", "Viewer"), ("member", "Member"), ("admin", "Tenant admin")],
+                        default="member",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                ("projects", models.ManyToManyField(blank=True, related_name="memberships", to="tenants.project")),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="memberships", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['user__username'],
+                "ordering": ["user__username"],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('all_tenants', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("all_tenants", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('actor_label', models.CharField(max_length=150)),
-                ('token_prefix', models.CharField(blank=True, max_length=16)),
-                ('via', models.CharField(choices=[('api', 'API'), ('ui', 'Web UI'), ('admin', 'Django admin'), ('cli', 'Command line'), ('system', 'System')], max_length=8)),
-                ('action', models.CharField(db_index=True, max_length=64)),
-                ('object_type', models.CharField(max_length=64)),
-                ('object_id', models.CharField(blank=True, max_length=64)),
-                ('object_repr', models.CharField(blank=True, max_length=200)),
-                ('before', models.JSONField(blank=True, null=True)),
-                ('after', models.JSONField(blank=True, null=True)),
-                ('request_id', models.CharField(blank=True, max_length=64)),
-                ('source_ip', models.GenericIPAddressField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('actor', models.ForeignKey(blank=True, db_constraint=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('tenant', models.ForeignKey(blank=True, db_constraint=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='tenants.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("actor_label", models.CharField(max_length=150)),
+                ("token_prefix", models.CharField(blank=True, max_length=16)),
+                (
+                    "via",
+                    models.CharField(
+                        choices=[
+                            ("api", "API"),
+                            ("ui", "Web UI"),
+                            ("admin", "Django admin"),
+                            ("cli", "Command line"),
+                            ("system", "System"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("action", models.CharField(db_index=True, max_length=64)),
+                ("object_type", models.CharField(max_length=64)),
+                ("object_id", models.CharField(blank=True, max_length=64)),
+                ("object_repr", models.CharField(blank=True, max_length=200)),
+                ("before", models.JSONField(blank=True, null=True)),
+                ("after", models.JSONField(blank=True, null=True)),
+                ("request_id", models.CharField(blank=True, max_length=64)),
+                ("source_ip", models.GenericIPAddressField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('all_tenants', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("all_tenants", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='ApiToken',
+            name="ApiToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=80)),
-                ('role', models.CharField(choices=[('viewer', 'Viewer'), ('member', 'Member'), ('admin', 'Tenant admin'), ('operator', 'Operator')], max_length=16)),
-                ('prefix', models.CharField(max_length=16, unique=True)),
-                ('digest', models.CharField(max_length=64)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('expires_at', models.DateTimeField()),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens', to=settings.AUTH_USER_MODEL)),
-                ('tenant', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='tokens', to='tenants.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=80)),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[
+                            ("viewer", "Viewer"),
+                            ("member", "Member"),
+                            ("admin", "Tenant admin"),
+                            ("operator", "Operator"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("prefix", models.CharField(max_length=16, unique=True)),
+                ("digest", models.CharField(max_length=64)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("expires_at", models.DateTimeField()),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_tokens",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="tokens",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('all_tenants', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("all_tenants", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='TenantQuota',
+            name="TenantQuota",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('guaranteed', models.PositiveIntegerField(default=0, validators=[django.core.validators.MaxValueValidator(100000)])),
-                ('limit', models.PositiveIntegerField(default=0, validators=[django.core.validators.MaxValueValidator(100000)])),
-                ('weight', models.PositiveIntegerField(default=1, validators=[django.core.validators.MaxValueValidator(1000)])),
-                ('max_notebooks_per_user', models.PositiveIntegerField(blank=True, null=True, validators=[django.core.validators.MaxValueValidator(100000)])),
-                ('max_pending_workloads', models.PositiveIntegerField(blank=True, null=True, validators=[django.core.validators.MaxValueValidator(100000)])),
-                ('max_runtime_seconds', models.PositiveIntegerField(blank=True, null=True, validators=[django.core.validators.MinValueValidator(60), django.core.validators.MaxValueValidator(31536000)])),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('pool', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='tenant_quotas', to='inventory.nodepool')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='quotas', to='tenants.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "guaranteed",
+                    models.PositiveIntegerField(
+                        default=0, validators=[django.core.validators.MaxValueValidator(100000)]
+                    ),
+                ),
+                (
+                    "limit",
+                    models.PositiveIntegerField(
+                        default=0, validators=[django.core.validators.MaxValueValidator(100000)]
+                    ),
+                ),
+                (
+                    "weight",
+                    models.PositiveIntegerField(default=1, validators=[django.core.validators.MaxValueValidator(1000)]),
+                ),
+                (
+                    "max_notebooks_per_user",
+                    models.PositiveIntegerField(
+                        blank=True, null=True, validators=[django.core.validators.MaxValueValidator(100000)]
+                    ),
+                ),
+                (
+                    "max_pending_workloads",
+                    models.PositiveIntegerField(
+                        blank=True, null=True, validators=[django.core.validators.MaxValueValidator(100000)]
+                    ),
+                ),
+                (
+                    "max_runtime_seconds",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        null=True,
+                        validators=[
+                            django.core.validators.MinValueValidator(60),
+                            django.core.validators.MaxValueValidator(31536000),
+                        ],
+                    ),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "pool",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="tenant_quotas",
+                        to="inventory.nodepool",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="quotas", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['tenant__slug', 'pool__name'],
+                "ordering": ["tenant__slug", "pool__name"],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('all_tenants', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("all_tenants", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='ProjectQuota',
+            name="ProjectQuota",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('guaranteed', models.PositiveIntegerField(default=0, validators=[django.core.validators.MaxValueValidator(100000)])),
-                ('limit', models.PositiveIntegerField(default=0, validators=[django.core.validators.MaxValueValidator(100000)])),
-                ('weight', models.PositiveIntegerField(default=1, validators=[django.core.validators.MaxValueValidator(1000)])),
-                ('max_notebooks_per_user', models.PositiveIntegerField(blank=True, null=True, validators=[django.core.validators.MaxValueValidator(100000)])),
-                ('max_pending_workloads', models.PositiveIntegerField(blank=True, null=True, validators=[django.core.validators.MaxValueValidator(100000)])),
-                ('max_runtime_seconds', models.PositiveIntegerField(blank=True, null=True, validators=[django.core.validators.MinValueValidator(60), django.core.validators.MaxValueValidator(31536000)])),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('pool', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='project_quotas', to='inventory.nodepool')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='quotas', to='tenants.project')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='project_quotas', to='tenants.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "guaranteed",
+                    models.PositiveIntegerField(
+                        default=0, validators=[django.core.validators.MaxValueValidator(100000)]
+                    ),
+                ),
+                (
+                    "limit",
+                    models.PositiveIntegerField(
+                        default=0, validators=[django.core.validators.MaxValueValidator(100000)]
+                    ),
+                ),
+                (
+                    "weight",
+                    models.PositiveIntegerField(default=1, validators=[django.core.validators.MaxValueValidator(1000)]),
+                ),
+                (
+                    "max_notebooks_per_user",
+                    models.PositiveIntegerField(
+                        blank=True, null=True, validators=[django.core.validators.MaxValueValidator(100000)]
+                    ),
+                ),
+                (
+                    "max_pending_workloads",
+                    models.PositiveIntegerField(
+                        blank=True, null=True, validators=[django.core.validators.MaxValueValidator(100000)]
+                    ),
+                ),
+                (
+                    "max_runtime_seconds",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        null=True,
+                        validators=[
+                            django.core.validators.MinValueValidator(60),
+                            django.core.validators.MaxValueValidator(31536000),
+                        ],
+                    ),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "pool",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="project_quotas",
+                        to="inventory.nodepool",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="quotas", to="tenants.project"
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="project_quotas", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['project__slug', 'pool__name'],
-                'constraints': [models.UniqueConstraint(fields=('project', 'pool'), name='project_quota_unique_per_pool'), models.CheckConstraint(condition=models.Q(('limit__gte', models.F('guaranteed'))), name='project_quota_limit_gte_guaranteed')],
+                "ordering": ["project__slug", "pool__name"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("project", "pool"), name="project_quota_unique_per_pool"),
+                    models.CheckConstraint(
+                        condition=models.Q(("limit__gte", models.F("guaranteed"))),
+                        name="project_quota_limit_gte_guaranteed",
+                    ),
+                ],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('all_tenants', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("all_tenants", django.db.models.manager.Manager()),
             ],
         ),
         migrations.AddConstraint(
-            model_name='project',
-            constraint=models.UniqueConstraint(fields=('tenant', 'slug'), name='project_slug_unique_in_tenant'),
+            model_name="project",
+            constraint=models.UniqueConstraint(fields=("tenant", "slug"), name="project_slug_unique_in_tenant"),
         ),
         migrations.AddConstraint(
-            model_name='membership',
-            constraint=models.UniqueConstraint(fields=('tenant', 'user'), name='membership_unique_per_tenant'),
+            model_name="membership",
+            constraint=models.UniqueConstraint(fields=("tenant", "user"), name="membership_unique_per_tenant"),
         ),
         migrations.AddConstraint(
-            model_name='membership',
-            constraint=models.CheckConstraint(condition=models.Q(('role__in', ['viewer', 'member', 'admin'])), name='membership_role_valid'),
+            model_name="membership",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("role__in", ["viewer", "member", "admin"])), name="membership_role_valid"
+            ),
         ),
         migrations.AddIndex(
-            model_name='auditevent',
-            index=models.Index(fields=['tenant', '-created_at'], name='audit_tenant_time'),
+            model_name="auditevent",
+            index=models.Index(fields=["tenant", "-created_at"], name="audit_tenant_time"),
         ),
         migrations.AddConstraint(
-            model_name='apitoken',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('role', 'operator'), ('tenant__isnull', True)), models.Q(models.Q(('role', 'operator'), _negated=True), ('tenant__isnull', False)), _connector='OR'), name='api_token_tenant_matches_role'),
+            model_name="apitoken",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("role", "operator"), ("tenant__isnull", True)),
+                    models.Q(models.Q(("role", "operator"), _negated=True), ("tenant__isnull", False)),
+                    _connector="OR",
+                ),
+                name="api_token_tenant_matches_role",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='tenantquota',
-            constraint=models.UniqueConstraint(fields=('tenant', 'pool'), name='tenant_quota_unique_per_pool'),
+            model_name="tenantquota",
+            constraint=models.UniqueConstraint(fields=("tenant", "pool"), name="tenant_quota_unique_per_pool"),
         ),
         migrations.AddConstraint(
-            model_name='tenantquota',
-            constraint=models.CheckConstraint(condition=models.Q(('limit__gte', models.F('guaranteed'))), name='tenant_quota_limit_gte_guaranteed'),
+            model_name="tenantquota",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("limit__gte", models.F("guaranteed"))), name="tenant_quota_limit_gte_guaranteed"
+            ),
         ),
     ]

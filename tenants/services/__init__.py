@@ -49,4 +49,5 @@ __all__ = [
     "update_project",
     "update_project_quota",
     "update_tenant",
+    "update_tenant_quota",
 ]

@@ -12,7 +12,10 @@ from tenants.selectors import role_in_tenant
 
 
 def require_role(actor: Actor, tenant: Tenant, minimum: Role) -> Role:
-    """Return `actor`'s role in `tenant`; raise Http404 when it cannot see the tenant, PermissionDenied when below `minimum`."""
+    """Return `actor`'s role in `tenant`.
+
+    Raises Http404 when it cannot see the tenant, PermissionDenied when its role is below `minimum`.
+    """
     role = role_in_tenant(actor, tenant)
     if role is None:
         raise Http404("No such tenant.")

@@ -77,7 +77,9 @@ def _existing_or_new_user(username: str, email: str) -> tuple[User, bool]:
 
 
 @transaction.atomic
-def invite_member(*, actor: Actor, tenant: Tenant, username: str, email: str = "", role: str = Role.MEMBER) -> Invitation:
+def invite_member(
+    *, actor: Actor, tenant: Tenant, username: str, email: str = "", role: str = Role.MEMBER
+) -> Invitation:
     """Make `username` a member of `tenant` with `role`, creating the account when it does not exist.
 
     Raises ValidationError when the user is already a member or the input is
@@ -90,13 +92,19 @@ def invite_member(*, actor: Actor, tenant: Tenant, username: str, email: str = "
         raise invalid("username", "already_member", f"{username} is already a member of this tenant.")
     membership = Membership.all_tenants.create(tenant=tenant, user=user, role=granted)
     record_audit_event(
-        actor=actor, action="membership.create", obj=membership, tenant_id=tenant.pk, after=_membership_snapshot(membership)
+        actor=actor,
+        action="membership.create",
+        obj=membership,
+        tenant_id=tenant.pk,
+        after=_membership_snapshot(membership),
     )
     return Invitation(membership=membership, setup_path=_setup_path(user) if created else None)
 
 
 def _admins_left_without(membership: Membership) -> int:
-    return Membership.all_tenants.filter(tenant_id=membership.tenant_id, role=Role.ADMIN).exclude(pk=membership.pk).count()
+    return (
+        Membership.all_tenants.filter(tenant_id=membership.tenant_id, role=Role.ADMIN).exclude(pk=membership.pk).count()
+    )
 
 
 def _guard_last_admin(actor_role: Role, membership: Membership) -> None:

@@ -84,7 +84,9 @@ def _check_ranges(values: QuotaValues) -> None:
         raise ValidationError(errors)
     if values.limit < values.guaranteed:
         raise invalid(
-            "limit", "limit_below_guaranteed", f"The limit ({values.limit}) must be at least the guarantee ({values.guaranteed})."
+            "limit",
+            "limit_below_guaranteed",
+            f"The limit ({values.limit}) must be at least the guarantee ({values.guaranteed}).",
         )
 
 
@@ -108,7 +110,9 @@ def _check_tenant_covers_projects(tenant: Tenant, pool_id: int, values: QuotaVal
         )
     highest = max((q.limit for q in projects), default=0)
     if values.limit < highest:
-        raise invalid("limit", "below_project_limit", f"A project in this pool has a limit of {highest}; lower it first.")
+        raise invalid(
+            "limit", "below_project_limit", f"A project in this pool has a limit of {highest}; lower it first."
+        )
     for name in COUNT_FIELDS:
         cap = getattr(values, name)
         if cap is not None and any(getattr(q, name) is not None and getattr(q, name) > cap for q in projects):
@@ -118,15 +122,20 @@ def _check_tenant_covers_projects(tenant: Tenant, pool_id: int, values: QuotaVal
 def _check_project_within_tenant(tenant_quota: TenantQuota, project: Project, values: QuotaValues) -> None:
     if values.limit > tenant_quota.limit:
         raise invalid(
-            "limit", "above_tenant_limit", f"The limit ({values.limit}) exceeds the tenant's limit of {tenant_quota.limit} GPUs."
+            "limit",
+            "above_tenant_limit",
+            f"The limit ({values.limit}) exceeds the tenant's limit of {tenant_quota.limit} GPUs.",
         )
-    others = sum(q.guaranteed for q in _project_quotas(tenant_quota.tenant, tenant_quota.pool_id) if q.project_id != project.pk)
+    others = sum(
+        q.guaranteed for q in _project_quotas(tenant_quota.tenant, tenant_quota.pool_id) if q.project_id != project.pk
+    )
     if others + values.guaranteed > tenant_quota.guaranteed:
         raise invalid(
             "guaranteed",
             "exceeds_tenant_guarantee",
             f"Projects' guarantees would total {others + values.guaranteed} GPUs; "
-            f"the tenant is guaranteed {tenant_quota.guaranteed} ({tenant_quota.guaranteed - others} left for this project).",
+            f"the tenant is guaranteed {tenant_quota.guaranteed} "
+            f"({tenant_quota.guaranteed - others} left for this project).",
         )
     for name in COUNT_FIELDS:
         cap, value = getattr(tenant_quota, name), getattr(values, name)
@@ -135,7 +144,12 @@ def _check_project_within_tenant(tenant_quota: TenantQuota, project: Project, va
 
 
 def _locked_tenant_quota(tenant: Tenant, pool_id: int) -> TenantQuota | None:
-    return TenantQuota.all_tenants.select_for_update().select_related("tenant").filter(tenant=tenant, pool_id=pool_id).first()
+    return (
+        TenantQuota.all_tenants.select_for_update()
+        .select_related("tenant")
+        .filter(tenant=tenant, pool_id=pool_id)
+        .first()
+    )
 
 
 def _quota_snapshot(quota: TenantQuota | ProjectQuota) -> JsonDict:
@@ -154,7 +168,9 @@ def create_tenant_quota(*, actor: Actor, tenant: Tenant, pool: Any, values: Quot
     if _locked_tenant_quota(tenant, pool.pk) is not None:
         raise invalid("pool", "unique", f"The tenant already has a quota in pool {pool.name}; change that one.")
     quota = TenantQuota.all_tenants.create(tenant=tenant, pool=pool, **asdict(values))
-    record_audit_event(actor=actor, action="tenant_quota.create", obj=quota, tenant_id=tenant.pk, after=_quota_snapshot(quota))
+    record_audit_event(
+        actor=actor, action="tenant_quota.create", obj=quota, tenant_id=tenant.pk, after=_quota_snapshot(quota)
+    )
     return quota
 
 
@@ -173,7 +189,12 @@ def update_tenant_quota(*, actor: Actor, quota: TenantQuota, changes: dict[str, 
         setattr(locked, name, value)
     locked.save()
     record_audit_event(
-        actor=actor, action="tenant_quota.update", obj=locked, tenant_id=locked.tenant_id, before=before, after=_quota_snapshot(locked)
+        actor=actor,
+        action="tenant_quota.update",
+        obj=locked,
+        tenant_id=locked.tenant_id,
+        before=before,
+        after=_quota_snapshot(locked),
     )
     return locked
 
@@ -182,7 +203,9 @@ def update_tenant_quota(*, actor: Actor, quota: TenantQuota, changes: dict[str, 
 def delete_tenant_quota(*, actor: Actor, quota: TenantQuota) -> None:
     """Remove a tenant quota and, with it, its projects' quotas in that pool; operators only."""
     require_operator(actor)
-    record_audit_event(actor=actor, action="tenant_quota.delete", obj=quota, tenant_id=quota.tenant_id, before=_quota_snapshot(quota))
+    record_audit_event(
+        actor=actor, action="tenant_quota.delete", obj=quota, tenant_id=quota.tenant_id, before=_quota_snapshot(quota)
+    )
     ProjectQuota.all_tenants.filter(tenant_id=quota.tenant_id, pool_id=quota.pool_id).delete()
     quota.delete()
 
@@ -194,7 +217,9 @@ def create_project_quota(*, actor: Actor, project: Project, pool: Any, values: Q
     _check_ranges(values)
     tenant_quota = _locked_tenant_quota(project.tenant, pool.pk)
     if tenant_quota is None:
-        raise invalid("pool", "no_tenant_quota", f"The tenant has no quota in pool {pool.name}; ask an operator for one.")
+        raise invalid(
+            "pool", "no_tenant_quota", f"The tenant has no quota in pool {pool.name}; ask an operator for one."
+        )
     if ProjectQuota.all_tenants.filter(project=project, pool=pool).exists():
         raise invalid("pool", "unique", f"The project already has a quota in pool {pool.name}; change that one.")
     _check_project_within_tenant(tenant_quota, project, values)
@@ -221,7 +246,12 @@ def update_project_quota(*, actor: Actor, quota: ProjectQuota, changes: dict[str
         setattr(locked, name, value)
     locked.save()
     record_audit_event(
-        actor=actor, action="project_quota.update", obj=locked, tenant_id=locked.tenant_id, before=before, after=_quota_snapshot(locked)
+        actor=actor,
+        action="project_quota.update",
+        obj=locked,
+        tenant_id=locked.tenant_id,
+        before=before,
+        after=_quota_snapshot(locked),
     )
     return locked
 

@@ -34,7 +34,12 @@ def create_tenant(*, actor: Actor, slug: str, name: str, description: str = "") 
 
 @transaction.atomic
 def update_tenant(
-    *, actor: Actor, tenant: Tenant, name: str | None = None, description: str | None = None, is_active: bool | None = None
+    *,
+    actor: Actor,
+    tenant: Tenant,
+    name: str | None = None,
+    description: str | None = None,
+    is_active: bool | None = None,
 ) -> Tenant:
     """Change a tenant's name, description or active flag; operators only. The slug is permanent."""
     require_operator(actor)
@@ -46,7 +51,12 @@ def update_tenant(
     clean_fields(tenant)
     tenant.save()
     record_audit_event(
-        actor=actor, action="tenant.update", obj=tenant, tenant_id=tenant.pk, before=before, after=snapshot(tenant, TENANT_FIELDS)
+        actor=actor,
+        action="tenant.update",
+        obj=tenant,
+        tenant_id=tenant.pk,
+        before=before,
+        after=snapshot(tenant, TENANT_FIELDS),
     )
     return tenant
 
@@ -82,7 +92,9 @@ def create_project(*, actor: Actor, tenant: Tenant, slug: str, name: str, descri
 
 
 @transaction.atomic
-def update_project(*, actor: Actor, project: Project, name: str | None = None, description: str | None = None) -> Project:
+def update_project(
+    *, actor: Actor, project: Project, name: str | None = None, description: str | None = None
+) -> Project:
     """Change a project's name or description; tenant admins and operators. The slug is permanent."""
     require_role(actor, project.tenant, Role.ADMIN)
     project = Project.all_tenants.select_for_update().get(pk=project.pk)
@@ -109,6 +121,10 @@ def delete_project(*, actor: Actor, project: Project) -> None:
     """Delete a project and its quotas; tenant admins and operators."""
     require_role(actor, project.tenant, Role.ADMIN)
     record_audit_event(
-        actor=actor, action="project.delete", obj=project, tenant_id=project.tenant_id, before=snapshot(project, PROJECT_FIELDS)
+        actor=actor,
+        action="project.delete",
+        obj=project,
+        tenant_id=project.tenant_id,
+        before=snapshot(project, PROJECT_FIELDS),
     )
     project.delete()

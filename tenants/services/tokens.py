@@ -20,7 +20,7 @@ from tenants.models import ApiToken, Tenant
 from tenants.services.access import require_role
 from tenants.services.audit import JsonDict, record_audit_event
 
-TOKEN_SCHEME = "gpc"
+TOKEN_SCHEME = "gpc"  # noqa: S105 -- the token format's prefix, not a secret
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,11 @@ def _check_role(actor: Actor, tenant: Tenant | None, role: str) -> Role:
         if not actor.is_operator:
             raise PermissionDenied("Only operators can create operator tokens.")
         if tenant is not None:
-            raise invalid("tenant", "operator_token_has_no_tenant", "Operator tokens act on the whole platform; leave tenant empty.")
+            raise invalid(
+                "tenant",
+                "operator_token_has_no_tenant",
+                "Operator tokens act on the whole platform; leave tenant empty.",
+            )
         return wanted
     if tenant is None:
         raise invalid("tenant", "required", "A token with a tenant role must name its tenant.")
@@ -131,6 +135,11 @@ def revoke_token(*, actor: Actor, token: ApiToken) -> ApiToken:
     token.revoked_at = timezone.now()
     token.save(update_fields=["revoked_at"])
     record_audit_event(
-        actor=actor, action="api_token.revoke", obj=token, tenant_id=token.tenant_id, before=before, after=_token_snapshot(token)
+        actor=actor,
+        action="api_token.revoke",
+        obj=token,
+        tenant_id=token.tenant_id,
+        before=before,
+        after=_token_snapshot(token),
     )
     return token

@@ -30,6 +30,10 @@ def create_operator(*, actor: Actor, username: str, password: str, email: str = 
     user.set_password(password)
     user.save()
     record_audit_event(
-        actor=actor, action="user.create_operator", obj=user, tenant_id=None, after={"username": username, "operator": True}
+        actor=actor,
+        action="user.create_operator",
+        obj=user,
+        tenant_id=None,
+        after={"username": username, "operator": True},
     )
     return user
