@@ -105,7 +105,8 @@ def parse_database_url(name: str, value: str) -> DatabaseUrl:
     if engine is None:
         raise ImproperlyConfigured(f"{name} has scheme {parts.scheme!r}; use postgres:// or sqlite:///.")
     if parts.scheme == "sqlite":
-        path = unquote(parts.path)
+        # sqlite:///relative.db and sqlite:////absolute/path.db, as dj-database-url reads them.
+        path = unquote(parts.path)[1:]
         if not path or path == "/":
             raise ImproperlyConfigured(f"{name} must name a file, e.g. sqlite:////var/lib/gpucloud/db.sqlite3.")
         return DatabaseUrl(engine=engine, name=path)

@@ -143,6 +143,7 @@ CELERY_BEAT_SCHEDULE = {
     "purge-expired-sessions": {"task": "tenants.purge_expired_sessions", "schedule": 3600.0},
 }
 
+AUTHENTICATION_BACKENDS = ["tenants.backends.ThrottledModelBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
@@ -183,7 +184,7 @@ CSRF_COOKIE_SECURE = HTTPS
 SECURE_SSL_REDIRECT = HTTPS and env_bool("SECURE_SSL_REDIRECT", True)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if HTTPS else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
-SECURE_HSTS_PRELOAD = HTTPS and env_bool("SECURE_HSTS_PRELOAD", False)
+SECURE_HSTS_PRELOAD = HTTPS and env_bool("SECURE_HSTS_PRELOAD", True)
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("TRUST_X_FORWARDED_PROTO", False) else None
 SECURE_REFERRER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
@@ -219,6 +220,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "/static/vendor/swagger-ui/",
     "SWAGGER_UI_FAVICON_HREF": "/static/gpucloud/favicon.svg",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "MembershipRoleEnum": "tenants.choices.MEMBERSHIP_ROLES",
+        "RoleEnum": "tenants.choices.Role",
+    },
 }
 
 LOGGING = {

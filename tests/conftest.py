@@ -15,6 +15,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -59,6 +60,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if service in REQUIRED:
             pytest.fail(f"{service} is required (GPUCLOUD_REQUIRE_SERVICES) but missing: {reason}", pytrace=False)
         pytest.skip(f"{service} unavailable: {reason}")
+
+
+@pytest.fixture(autouse=True)
+def _plain_static_storage(settings: Any) -> None:
+    # Tests render templates without running collectstatic; the manifest
+    # storage of production is exercised by tests/gpucloud/test_up.py.
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
 
 
 @pytest.fixture(autouse=True)

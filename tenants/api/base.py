@@ -45,6 +45,8 @@ _SEALED = (
 
 def _schema_queryset(view: BaseViewSet) -> QuerySet[Any]:
     """Return an empty queryset of the endpoint's model, for OpenAPI schema generation only."""
+    if view.queryset is not None:
+        return view.queryset.none()
     model = cast(Any, view.get_serializer_class()).Meta.model
     return model._base_manager.none()
 

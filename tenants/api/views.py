@@ -226,6 +226,9 @@ class TokenEndpoint(*_READ, PlatformViewSet):  # type: ignore[misc]
 class MeEndpoint(PlatformViewSet):
     """The caller: user, operator flag, the token in use, and memberships with roles."""
 
+    serializer_class = s.MeSerializer
+    queryset = Membership.all_tenants.none()  # only names the model for the OpenAPI schema
+
     @extend_schema(responses=s.MeSerializer)
     def list(self, request: Request) -> Response:
         memberships = selectors.memberships_of_user(request.user)  # type: ignore[arg-type]

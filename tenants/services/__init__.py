@@ -1,7 +1,12 @@
 """All writes and workflows of the tenancy app. Every function is atomic and writes one audit event."""
 
 from tenants.services.audit import record_audit_event, snapshot
-from tenants.services.logins import clear_login_failures, login_locked_for, record_login_failure
+from tenants.services.logins import (
+    clear_login_failures,
+    login_locked_for,
+    purge_expired_sessions,
+    record_login_failure,
+)
 from tenants.services.members import Invitation, invite_member, remove_member, update_member
 from tenants.services.quotas import (
     QuotaValues,
@@ -40,6 +45,7 @@ __all__ = [
     "delete_tenant_quota",
     "invite_member",
     "login_locked_for",
+    "purge_expired_sessions",
     "record_audit_event",
     "record_login_failure",
     "remove_member",

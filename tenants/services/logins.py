@@ -11,7 +11,9 @@ import hashlib
 import time
 
 from django.conf import settings
+from django.contrib.sessions.models import Session
 from django.core.cache import cache
+from django.utils import timezone
 
 
 def _key(username: str, address: str | None) -> str:
@@ -34,6 +36,12 @@ def record_login_failure(username: str, address: str | None) -> int:
     record = {"count": record["count"] + 1, "since": time.time()}
     cache.set(key, record, timeout=settings.LOGIN_LOCKOUT_SECONDS)
     return int(record["count"])
+
+
+def purge_expired_sessions() -> int:
+    """Delete browser sessions past their expiry and return how many went; safe to run any time."""
+    deleted, _ = Session.objects.filter(expire_date__lt=timezone.now()).delete()
+    return deleted
 
 
 def clear_login_failures(username: str, address: str | None) -> None:

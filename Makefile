@@ -1,0 +1,82 @@
+# gpucloud developer entry points. `make help` lists them.
+#
+# Environment setup is incremental: the virtual environment is reinstalled
+# only when the lock file (or pyproject.toml) changes, and `npm ci` runs only
+# when node_modules/ is missing or package-lock.json changes. Each install
+# records what it installed in a stamp file, so a second `make run` starts
+# straight away.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PYTEST_ARGS ?=
+
+PY_STAMP := $(VENV)/.gpucloud-installed
+NPM_STAMP := node_modules/.gpucloud-installed
+PIP := $(VENV)/bin/python -m pip --disable-pip-version-check --quiet
+
+# Production-like settings for `make deploy-check`; the secret is generated on
+# each run and never written anywhere.
+DEPLOY_ENV := DEBUG=0 GPUCLOUD_HTTPS=1 \
+	ALLOWED_HOSTS=gpucloud.example.com \
+	REDIS_URL=redis://127.0.0.1:6379/0 \
+	DATABASE_URL=postgres://gpucloud:gpucloud@127.0.0.1:5432/gpucloud
+
+.PHONY: help run test lint deploy-check env env-dev node-env assets
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+run: env assets ## serve the console on http://127.0.0.1:8000 (embedded mode, data in ./data)
+	exec $(VENV)/bin/gpucloud up
+
+test: env-dev assets ## run the test suite (PYTEST_ARGS=... to pass arguments to pytest)
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: env-dev ## ruff, formatting, mypy and import contracts
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports
+
+deploy-check: env-dev ## Django's deployment checks under production-like settings
+	SECRET_KEY="$$($(VENV)/bin/python -c 'import secrets; print(secrets.token_urlsafe(48))')" \
+	$(DEPLOY_ENV) $(VENV)/bin/python manage.py check --deploy --fail-level WARNING
+
+# --- environment ------------------------------------------------------------
+
+# $(call python_env,LOCK): make .venv hold exactly LOCK plus gpucloud itself
+# (editable), unless the stamp says it already does.
+define python_env
+	@test -x $(VENV)/bin/python || { echo "Creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@want="$(1) $$(cat $(1) pyproject.toml | sha256sum | cut -d' ' -f1)"; \
+	if [[ "$$(cat $(PY_STAMP) 2>/dev/null)" != "$$want" ]]; then \
+		echo "Installing $(1) into $(VENV)"; \
+		rm -f $(PY_STAMP); \
+		$(PIP) install -r $(1); \
+		$(PIP) install --no-deps -e .; \
+		echo "$$want" > $(PY_STAMP); \
+	fi
+endef
+
+env: ## virtual environment with the runtime dependencies
+	$(call python_env,requirements.lock)
+
+env-dev: ## virtual environment with the runtime and development dependencies
+	$(call python_env,requirements-dev.lock)
+
+# Install scripts are skipped: none of the packages needs one, and
+# swagger-ui-dist's (scarf) would phone home.
+node-env:
+	@want="$$(sha256sum package-lock.json | cut -d' ' -f1)"; \
+	if [[ "$$(cat $(NPM_STAMP) 2>/dev/null)" != "$$want" ]]; then \
+		echo "Installing package-lock.json into node_modules"; \
+		npm ci --ignore-scripts --no-audit --no-fund --loglevel=error; \
+		echo "$$want" > $(NPM_STAMP); \
+	fi
+
+assets: node-env ## copy the browser dependencies into frontend/static/vendor/
+	@node frontend/build_assets.mjs

@@ -1,0 +1,87 @@
+"""Celery tasks run by a real worker thread, through the configured broker.
+
+In embedded mode that is Celery's in-process transport; with REDIS_URL set
+the same worker consumes from Redis, and the `redis` test proves it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.sessions.backends.db import SessionStore
+from django.contrib.sessions.models import Session
+from django.utils import timezone
+
+from gpucloud import embedded
+from gpucloud.celery import app
+from tenants.tasks import purge_expired_sessions
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[object]:
+    controller = embedded.start_worker(app, queues=["control"], concurrency=1)
+    yield controller
+    controller.stop(in_sighandler=False)
+
+
+def _expired_session() -> str:
+    store = SessionStore()
+    store.create()
+    Session.objects.filter(pk=store.session_key).update(expire_date=timezone.now() - timedelta(days=1))
+    return str(store.session_key)
+
+
+def _wait_until(predicate, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_runs_a_queued_task(worker: object) -> None:
+    expired = _expired_session()
+    live = SessionStore()
+    live.create()
+    purge_expired_sessions.delay()
+    assert _wait_until(lambda: not Session.objects.filter(pk=expired).exists()), "the worker never ran the task"
+    assert Session.objects.filter(pk=live.session_key).exists()
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_tasks_travel_through_redis(worker: object) -> None:
+    assert app.conf.broker_url.startswith("redis://")
+    expired = _expired_session()
+    result = purge_expired_sessions.delay()
+    assert result.get(timeout=15) >= 1
+    assert not Session.objects.filter(pk=expired).exists()
+
+
+@pytest.mark.redis
+def test_channel_layer_round_trips_through_redis() -> None:
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.send)(channel, {"type": "probe", "value": 42})
+    assert async_to_sync(layer.receive)(channel) == {"type": "probe", "value": 42}
+
+
+@pytest.mark.redis
+def test_login_throttle_state_is_shared_through_redis() -> None:
+    assert settings.CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    from tenants.services import clear_login_failures, login_locked_for, record_login_failure
+
+    clear_login_failures("redis-probe", "127.0.0.9")
+    for _ in range(settings.LOGIN_MAX_FAILURES):
+        record_login_failure("redis-probe", "127.0.0.9")
+    assert login_locked_for("redis-probe", "127.0.0.9") > 0
+    clear_login_failures("redis-probe", "127.0.0.9")
