@@ -114,8 +114,10 @@ def main() -> None:
     server = _serve(port)
     results = {}
     try:
-        for label, path in (("page of 50", "/api/v1/tenants/bench/projects/"),
-                            ("page of 500", "/api/v1/tenants/bench/projects/?page_size=500")):
+        for label, path in (
+            ("page of 50", "/api/v1/tenants/bench/projects/"),
+            ("page of 500", "/api/v1/tenants/bench/projects/?page_size=500"),
+        ):
             timings = sorted(_measure(port, path, secret, args.requests))
             results[label] = {
                 "p50_ms": round(statistics.median(timings), 2),

@@ -11,6 +11,7 @@ process from /proc. Embedded mode: DATABASE_URL and REDIS_URL are unset.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -70,9 +71,13 @@ def main() -> None:
     port = _free_port()
     with tempfile.TemporaryDirectory() as data_dir:
         environ = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-        environ.update(GPUCLOUD_DATA_DIR=data_dir, GPUCLOUD_PORT=str(port), GPUCLOUD_ADMIN_PASSWORD="bench-password-1234")
+        environ.update(
+            GPUCLOUD_DATA_DIR=data_dir, GPUCLOUD_PORT=str(port), GPUCLOUD_ADMIN_PASSWORD="bench-password-1234"
+        )
         started = time.monotonic()
-        make = subprocess.Popen(["make", "run"], cwd=ROOT, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        make = subprocess.Popen(
+            ["make", "run"], cwd=ROOT, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             _wait_for_200(f"http://127.0.0.1:{port}/login/", timeout=600)
             to_first_200 = time.monotonic() - started
@@ -82,12 +87,14 @@ def main() -> None:
             console_pid = max(rss, key=lambda pid: rss[pid])
         finally:
             for pid in [make.pid, *_descendants(make.pid)]:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGINT)
-                except ProcessLookupError:
-                    pass
             make.wait(timeout=30)
-    print(json.dumps({"seconds_to_first_200": round(to_first_200, 2), "idle_rss_mb": round(rss[console_pid], 1)}, indent=2))
+    print(
+        json.dumps(
+            {"seconds_to_first_200": round(to_first_200, 2), "idle_rss_mb": round(rss[console_pid], 1)}, indent=2
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -46,7 +46,13 @@ def test_env_list_strips_items(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_postgres_url_is_parsed() -> None:
     parsed = env.parse_database_url("DATABASE_URL", "postgres://u%40x:p%2Fw@db.local:6543/gpu?sslmode=require")
     assert parsed.engine == "django.db.backends.postgresql"
-    assert (parsed.user, parsed.password, parsed.host, parsed.port, parsed.name) == ("u@x", "p/w", "db.local", "6543", "gpu")
+    assert (parsed.user, parsed.password, parsed.host, parsed.port, parsed.name) == (
+        "u@x",
+        "p/w",
+        "db.local",
+        "6543",
+        "gpu",
+    )
     assert parsed.options == (("sslmode", "require"),)
 
 

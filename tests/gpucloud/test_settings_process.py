@@ -31,7 +31,9 @@ def test_embedded_defaults_keep_a_generated_secret_key(tmp_path: Path) -> None:
 
 
 def test_distributed_mode_requires_a_secret_key(tmp_path: Path) -> None:
-    result = _run("from django.conf import settings; settings.SECRET_KEY", tmp_path, REDIS_URL="redis://127.0.0.1:6379/0")
+    result = _run(
+        "from django.conf import settings; settings.SECRET_KEY", tmp_path, REDIS_URL="redis://127.0.0.1:6379/0"
+    )
     assert result.returncode != 0
     assert "SECRET_KEY" in result.stderr
 

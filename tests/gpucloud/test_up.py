@@ -62,7 +62,9 @@ def console(data_dir: Path, **extra: str) -> Iterator[Run]:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                pytest.fail(f"gpucloud up exited with {process.returncode}:\n{process.stdout.read() if process.stdout else ''}")
+                pytest.fail(
+                    f"gpucloud up exited with {process.returncode}:\n{process.stdout.read() if process.stdout else ''}"
+                )
             try:
                 if _get(f"{base}/healthz")[0] == 200:
                     break
@@ -101,7 +103,9 @@ def test_up_serves_the_console_and_creates_the_operator_once(tmp_path: Path) -> 
 
 
 def test_up_takes_the_operator_password_from_the_environment(tmp_path: Path) -> None:
-    with console(tmp_path, GPUCLOUD_ADMIN_USERNAME="root-op", GPUCLOUD_ADMIN_PASSWORD="a-long-enough-passphrase") as run:
+    with console(
+        tmp_path, GPUCLOUD_ADMIN_USERNAME="root-op", GPUCLOUD_ADMIN_PASSWORD="a-long-enough-passphrase"
+    ) as run:
         pass
     output = run.output
     assert "First operator account created: root-op (password from GPUCLOUD_ADMIN_PASSWORD)" in output
