@@ -9,6 +9,7 @@ and their meanings are listed in compose/.env.example.
 from __future__ import annotations
 
 import secrets
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +133,7 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
 
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
 CELERY_BROKER_TRANSPORT_OPTIONS = {} if REDIS_URL else {"polling_interval": 0.01}
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_DEFAULT_QUEUE = "control"
@@ -225,6 +226,12 @@ SPECTACULAR_SETTINGS = {
         "RoleEnum": "tenants.choices.Role",
     },
 }
+
+# WhiteNoise streams static files through a synchronous iterator, which
+# Django's ASGI handler drains in a thread and warns about on every file.
+# Hashed static names are cached by browsers for a year, so each file is
+# served about once per client; the warning is noise, not a problem.
+warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")
 
 LOGGING = {
     "version": 1,
