@@ -1,6 +1,29 @@
+"""Routes of the web UI."""
+
+from __future__ import annotations
+
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from frontend import views
 
 app_name = "frontend"
-urlpatterns = [path("", views.home, name="home")]
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("invite/<uidb64>/<token>/", views.AcceptInviteView.as_view(), name="accept_invite"),
+    path("t/<str:tenant>/", views.overview, name="overview"),
+    path("t/<str:tenant>/projects/", views.projects, name="projects"),
+    path("t/<str:tenant>/projects/<str:slug>/", views.project_edit, name="project_edit"),
+    path("t/<str:tenant>/members/", views.members, name="members"),
+    path("t/<str:tenant>/members/<int:pk>/", views.member_edit, name="member_edit"),
+    path("t/<str:tenant>/quotas/", views.quotas, name="quotas"),
+    path("t/<str:tenant>/quotas/<str:kind>/<int:pk>/", views.quota_edit, name="quota_edit"),
+    path("t/<str:tenant>/tokens/", views.tokens, name="tokens"),
+    path("t/<str:tenant>/tokens/<int:pk>/revoke/", views.token_revoke, name="token_revoke"),
+    path("t/<str:tenant>/audit/", views.audit, name="audit"),
+    path("ops/tenants/", views.ops_tenants, name="ops_tenants"),
+    path("ops/pools/", views.ops_pools, name="ops_pools"),
+    path("ops/pools/<str:name>/", views.ops_pool_edit, name="ops_pool_edit"),
+]
