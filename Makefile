@@ -33,7 +33,10 @@ help: ## list the targets
 run: env assets ## serve the console on http://127.0.0.1:8000 (embedded mode, data in ./data)
 	exec $(VENV)/bin/gpucloud up
 
+# Distributed settings (REDIS_URL set) require a SECRET_KEY; a test run gets a
+# throwaway one unless the caller brings their own.
 test: env-dev assets ## run the test suite (PYTEST_ARGS=... to pass arguments to pytest)
+	SECRET_KEY="$${SECRET_KEY:-$$($(VENV)/bin/python -c 'import secrets; print(secrets.token_urlsafe(48))')}" \
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: env-dev ## ruff, formatting, mypy and import contracts

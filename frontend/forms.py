@@ -70,6 +70,7 @@ class QuotaNumbersForm(forms.Form):
 
 class TenantQuotaForm(QuotaNumbersForm):
     pool = forms.ChoiceField()
+    field_order = ["project", "pool"]
 
     def __init__(self, *args: Any, pool_choices: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

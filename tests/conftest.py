@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _plain_static_storage(settings: Any) -> None:
+def _test_settings(settings: Any) -> None:
+    # A deliberately slow password hash would dominate the suite's run time;
+    # the production hasher is what `gpucloud up` (tests/gpucloud/test_up.py) uses.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # A fresh cache namespace per test, so login throttling and other cached
+    # state never leak between tests, nor between runs sharing one Redis.
+    settings.CACHES = {
+        name: {**config, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"} for name, config in settings.CACHES.items()
+    }
     # Tests render templates without running collectstatic; the manifest
     # storage of production is exercised by tests/gpucloud/test_up.py.
     settings.STORAGES = {

@@ -16,6 +16,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.sessions.backends.db import SessionStore
 from django.contrib.sessions.models import Session
+from django.db import connections
 from django.utils import timezone
 
 from gpucloud import embedded
@@ -25,9 +26,15 @@ from tenants.tasks import purge_expired_sessions
 
 @pytest.fixture(scope="module")
 def worker() -> Iterator[object]:
+    # Worker threads close their database connection after each task, so
+    # none outlives the test database.
+    database = connections["default"].settings_dict
+    max_age, database["CONN_MAX_AGE"] = database["CONN_MAX_AGE"], 0
+    app.control.purge()  # messages a crashed earlier run left behind
     controller = embedded.start_worker(app, queues=["control"], concurrency=1)
     yield controller
     controller.stop(in_sighandler=False)
+    database["CONN_MAX_AGE"] = max_age
 
 
 def _expired_session() -> str:
@@ -62,7 +69,8 @@ def test_tasks_travel_through_redis(worker: object) -> None:
     assert app.conf.broker_url.startswith("redis://")
     expired = _expired_session()
     result = purge_expired_sessions.delay()
-    assert result.get(timeout=15) >= 1
+    # The worker thread lives in this process, which Celery otherwise treats as "inside a task".
+    assert result.get(timeout=15, disable_sync_subtasks=False) >= 1
     assert not Session.objects.filter(pk=expired).exists()
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from django.test import Client
 from django.urls import reverse
 
@@ -63,10 +62,3 @@ def test_admin_login_is_throttled_like_the_console(world: World, client: Client,
     response = client.post(url, {"username": "operator", "password": PASSWORD, "next": "/admin/"})
     assert response.status_code == 200, "a locked account must not get in, even with the right password"
     assert not response.wsgi_request.user.is_authenticated
-
-
-@pytest.fixture(autouse=True)
-def _fresh_throttle() -> None:
-    from django.core.cache import cache
-
-    cache.clear()
