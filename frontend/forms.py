@@ -97,10 +97,8 @@ class TokenForm(forms.Form):
         _choices(self, "role", role_choices)
 
 
-class TenantForm(forms.Form):
-    slug = forms.CharField(max_length=40, help_text="Lowercase letters, digits and hyphens; permanent.")
-    name = forms.CharField(max_length=120)
-    description = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}))
+class TenantForm(ProjectForm):
+    """A new tenant has the same parts as a new project: a permanent slug, a name, a description."""
 
 
 class PoolForm(forms.Form):
