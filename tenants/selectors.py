@@ -99,7 +99,7 @@ def project_guarantee_totals(tenant: Tenant, pool_id: int, *, excluding_project_
 
 def tokens_of_user(user: User) -> QuerySet[ApiToken]:
     """Return every token `user` owns, across tenants: a user's own tokens are theirs to see."""
-    return ApiToken.all_tenants.filter(user=user).select_related("tenant")
+    return ApiToken.all_tenants.filter(user=user).select_related("tenant", "user")
 
 
 def audit_events_in_scope() -> QuerySet[AuditEvent]:

@@ -1,0 +1,122 @@
+"""Every list endpoint answers in a pinned number of queries, however many rows it lists."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from inventory.models import NodePool
+from tenants import services
+from tenants.context import Actor
+from tenants.models import AuditEvent, Membership, Project, ProjectQuota, TenantQuota
+from tests.conftest import World, client_for
+
+
+def _projects(world: World, n: int, start: int = 0) -> None:
+    Project.all_tenants.bulk_create(
+        Project(tenant=world.tenant_a, slug=f"p{i}", name=f"P{i}") for i in range(start, start + n)
+    )
+
+
+def _members(world: World, n: int, start: int = 0) -> None:
+    from django.contrib.auth.models import User
+
+    users = User.objects.bulk_create(User(username=f"u{i}") for i in range(start, start + n))
+    memberships = Membership.all_tenants.bulk_create(
+        Membership(tenant=world.tenant_a, user=u, role="member") for u in users
+    )
+    for membership in memberships:
+        membership.projects.add(world.project_a)
+
+
+def _project_quotas(world: World, n: int, start: int = 0) -> None:
+    projects = Project.all_tenants.bulk_create(
+        Project(tenant=world.tenant_a, slug=f"q{i}", name="Q") for i in range(start, start + n)
+    )
+    ProjectQuota.all_tenants.bulk_create(
+        ProjectQuota(tenant=world.tenant_a, project=p, pool=world.pool, guaranteed=0, limit=1) for p in projects
+    )
+
+
+def _tenant_quotas(world: World, n: int, start: int = 0) -> None:
+    pools = NodePool.objects.bulk_create(NodePool(name=f"pool-{i}") for i in range(start, start + n))
+    TenantQuota.all_tenants.bulk_create(TenantQuota(tenant=world.tenant_a, pool=p, limit=1) for p in pools)
+
+
+def _tokens(world: World, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        services.create_token(
+            actor=Actor(user=world.member_a), tenant=world.tenant_a, name=f"t{i}", role="viewer", expires_in_days=1
+        )
+
+
+def _audit(world: World, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        services.update_project(actor=Actor(user=world.admin_a), project=world.project_a, name=f"Alpha {i}")
+
+
+def _pools(world: World, n: int, start: int = 0) -> None:
+    NodePool.objects.bulk_create(NodePool(name=f"np-{i}") for i in range(start, start + n))
+
+
+def _tenants(world: World, n: int, start: int = 0) -> None:
+    from tenants.models import Tenant
+
+    Tenant.objects.bulk_create(Tenant(slug=f"t-{i}", name="T") for i in range(start, start + n))
+
+
+# (url, who lists, how to add N rows, pinned query count)
+LISTS: list[tuple[str, str, Callable[..., None], int]] = [
+    ("/api/v1/tenants/tenant-a/projects/", "admin_a", _projects, 4),
+    ("/api/v1/tenants/tenant-a/memberships/", "admin_a", _members, 5),
+    ("/api/v1/tenants/tenant-a/quotas/", "admin_a", _tenant_quotas, 4),
+    ("/api/v1/tenants/tenant-a/project-quotas/", "admin_a", _project_quotas, 4),
+    ("/api/v1/tenants/tenant-a/tokens/", "admin_a", _tokens, 4),
+    ("/api/v1/tenants/tenant-a/audit-events/", "admin_a", _audit, 4),
+    ("/api/v1/audit-events/", "operator", _audit, 2),
+    ("/api/v1/tenants/", "operator", _tenants, 2),
+    ("/api/v1/node-pools/", "admin_a", _pools, 3),
+    ("/api/v1/tokens/", "member_a", _tokens, 2),
+]
+
+
+def _count(client: APIClient, url: str) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url)
+    assert response.status_code == 200, response.content
+    return len(queries)
+
+
+@pytest.mark.parametrize(("url", "who", "grow", "pinned"), LISTS, ids=[row[0] for row in LISTS])
+def test_list_query_count_is_pinned_and_flat(world: World, url: str, who: str, grow: Any, pinned: int) -> None:
+    client = client_for(getattr(world, who))
+    grow(world, 5)
+    few = _count(client, url)
+    grow(world, 10, start=5)
+    many = _count(client, url)
+    assert (few, many) == (pinned, pinned)
+
+
+def test_token_authenticated_project_list_query_count(world: World) -> None:
+    issued = services.create_token(
+        actor=Actor(user=world.admin_a), tenant=world.tenant_a, name="q", role="admin", expires_in_days=1
+    )
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.secret}")
+    client.get("/api/v1/tenants/tenant-a/projects/")  # records last_used_at, at most once a minute
+    _projects(world, 30)
+    # token + owner + tenant (1), membership still valid (1), tenant (1), role (1), count (1), page (1)
+    assert _count(client, "/api/v1/tenants/tenant-a/projects/") == 6
+
+
+def test_audit_list_shows_events_of_the_tenant_only(world: World) -> None:
+    _audit(world, 2)
+    services.update_project(actor=Actor(user=world.admin_b), project=world.project_b, name="Beta 2")
+    results = client_for(world.admin_a).get("/api/v1/tenants/tenant-a/audit-events/").json()["results"]
+    assert {e["tenant"] for e in results} == {world.tenant_a.pk}
+    assert AuditEvent.all_tenants.filter(tenant_id=world.tenant_b.pk).exists()
