@@ -218,7 +218,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Multi-tenant GPU cloud console. Authenticate with `Authorization: Bearer <token>`.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SWAGGER_UI_DIST": "/static/vendor/swagger-ui/",
+    "SWAGGER_UI_DIST": "/static/vendor/swagger-ui",
     "SWAGGER_UI_FAVICON_HREF": "/static/gpucloud/favicon.svg",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {

@@ -76,7 +76,7 @@ class MembershipSerializer(serializers.ModelSerializer):
 
 class MembershipCreateSerializer(serializers.Serializer):
     username = serializers.CharField(max_length=150)
-    email = serializers.EmailField(required=False, allow_blank=True, default="")
+    email = serializers.EmailField(required=False, allow_blank=True)
     role = serializers.ChoiceField(choices=MEMBERSHIP_ROLES, default=Role.MEMBER)
 
 

@@ -1,0 +1,60 @@
+"""Node pools: operators manage them; tenants see shared pools and their own dedicated ones only."""
+
+from __future__ import annotations
+
+from inventory.models import NodePool
+from tests.conftest import World, client_for
+
+POOLS = "/api/v1/node-pools/"
+
+
+def test_operator_manages_pools(world: World) -> None:
+    operator = client_for(world.operator)
+    created = operator.post(
+        POOLS, {"name": "h100", "description": "H100 nodes", "dedicated_tenant": "tenant-b"}, format="json"
+    )
+    assert created.status_code == 201 and created.json()["dedicated_tenant"] == "tenant-b"
+    assert operator.patch(f"{POOLS}h100/", {"dedicated_tenant": None}, format="json").json()["dedicated_tenant"] is None
+    assert operator.delete(f"{POOLS}h100/").status_code == 204
+    assert not NodePool.objects.filter(name="h100").exists()
+
+
+def test_tenants_see_shared_and_their_own_dedicated_pools_only(world: World) -> None:
+    NodePool.objects.create(name="a-only", dedicated_tenant=world.tenant_a)
+    NodePool.objects.create(name="b-only", dedicated_tenant=world.tenant_b)
+    names = {p["name"] for p in client_for(world.member_a).get(POOLS).json()["results"]}
+    assert names == {"shared", "a-only"}
+    assert client_for(world.member_a).get(f"{POOLS}b-only/").status_code == 404
+    assert client_for(world.admin_b).get(f"{POOLS}a-only/").status_code == 404
+    assert {p["name"] for p in client_for(world.operator).get(POOLS).json()["results"]} == {
+        "shared",
+        "a-only",
+        "b-only",
+    }
+
+
+def test_pool_names_follow_the_slug_rule(world: World) -> None:
+    response = client_for(world.operator).post(POOLS, {"name": "Not A Slug"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"]["name"][0]["code"] == "invalid_slug"
+
+
+def test_dedicating_a_pool_where_others_hold_quota_is_refused(world: World) -> None:
+    response = client_for(world.operator).patch(f"{POOLS}shared/", {"dedicated_tenant": "tenant-b"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"]["dedicated_tenant"][0]["code"] == "pool_has_other_tenants"
+    assert NodePool.objects.get(name="shared").dedicated_tenant is None
+
+
+def test_pool_with_quotas_cannot_be_deleted(world: World) -> None:
+    response = client_for(world.operator).delete(f"{POOLS}shared/")
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "pool_in_use"
+
+
+def test_empty_tenant_can_be_deleted_and_a_busy_one_cannot(world: World) -> None:
+    operator = client_for(world.operator)
+    assert operator.post("/api/v1/tenants/", {"slug": "empty", "name": "Empty"}, format="json").status_code == 201
+    assert operator.delete("/api/v1/tenants/empty/").status_code == 204
+    busy = operator.delete("/api/v1/tenants/tenant-a/")
+    assert busy.status_code == 409 and busy.json()["error"]["code"] == "tenant_not_empty"

@@ -1,0 +1,188 @@
+"""Quota rules, through the API: each refusal names its field and rule, and writes nothing."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from inventory.models import NodePool
+from tenants import services
+from tenants.context import Actor
+from tenants.models import AuditEvent, Project, ProjectQuota, TenantQuota
+from tests.conftest import World, client_for
+
+PROJECT_QUOTAS = "/api/v1/tenants/tenant-a/project-quotas/"
+TENANT_QUOTAS = "/api/v1/tenants/tenant-a/quotas/"
+
+
+def _refused(response: Any, field: str, rule: str) -> None:
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert field in error["message"]
+    assert error["fields"][field][0]["code"] == rule, error
+
+
+def _unchanged(before: tuple[int, int, int]) -> None:
+    assert (ProjectQuota.all_tenants.count(), TenantQuota.all_tenants.count(), AuditEvent.all_tenants.count()) == before
+
+
+def _counts() -> tuple[int, int, int]:
+    return ProjectQuota.all_tenants.count(), TenantQuota.all_tenants.count(), AuditEvent.all_tenants.count()
+
+
+def _post_project_quota(world: World, **numbers: Any) -> Any:
+    body = {"project": "alpha", "pool": "shared", "guaranteed": 2, "limit": 4, **numbers}
+    return client_for(world.admin_a).post(PROJECT_QUOTAS, body, format="json")
+
+
+@pytest.mark.parametrize(
+    ("numbers", "field", "rule"),
+    [
+        ({"guaranteed": 4, "limit": 2}, "limit", "limit_below_guaranteed"),
+        ({"guaranteed": -1}, "guaranteed", "out_of_range"),
+        ({"limit": 100_001}, "limit", "out_of_range"),
+        ({"weight": 1_001}, "weight", "out_of_range"),
+        ({"weight": -2}, "weight", "out_of_range"),
+        ({"max_runtime_seconds": 5}, "max_runtime_seconds", "out_of_range"),
+        ({"guaranteed": 9, "limit": 9}, "guaranteed", "exceeds_tenant_guarantee"),
+        ({"limit": 17}, "limit", "above_tenant_limit"),
+        ({"guaranteed": "many"}, "guaranteed", "invalid"),
+    ],
+)
+def test_impossible_project_quota_is_refused_naming_field_and_rule(
+    world: World, numbers: dict[str, Any], field: str, rule: str
+) -> None:
+    before = _counts()
+    _refused(_post_project_quota(world, **numbers), field, rule)
+    _unchanged(before)
+
+
+def test_projects_guarantees_sum_to_at_most_the_tenants(world: World) -> None:
+    second = Project.all_tenants.create(tenant=world.tenant_a, slug="second", name="Second")
+    assert _post_project_quota(world, guaranteed=5, limit=8).status_code == 201
+    before = _counts()
+    response = client_for(world.admin_a).post(
+        PROJECT_QUOTAS, {"project": second.slug, "pool": "shared", "guaranteed": 4, "limit": 4}, format="json"
+    )
+    _refused(response, "guaranteed", "exceeds_tenant_guarantee")
+    assert "3 left" in response.json()["error"]["message"]
+    _unchanged(before)
+    ok = client_for(world.admin_a).post(
+        PROJECT_QUOTAS, {"project": second.slug, "pool": "shared", "guaranteed": 3, "limit": 16}, format="json"
+    )
+    assert ok.status_code == 201
+
+
+def test_project_quota_needs_a_tenant_quota_in_the_pool(world: World) -> None:
+    NodePool.objects.create(name="other")
+    before = _counts()
+    _refused(_post_project_quota(world, pool="other"), "pool", "no_tenant_quota")
+    _unchanged(before)
+
+
+def test_count_limits_stay_within_the_tenants(world: World) -> None:
+    TenantQuota.all_tenants.filter(pk=world.quota_a.pk).update(max_pending_workloads=10, max_notebooks_per_user=2)
+    before = _counts()
+    _refused(_post_project_quota(world, max_pending_workloads=11), "max_pending_workloads", "above_tenant_limit")
+    _refused(_post_project_quota(world, max_notebooks_per_user=3), "max_notebooks_per_user", "above_tenant_limit")
+    _unchanged(before)
+    assert _post_project_quota(world, max_pending_workloads=10, max_notebooks_per_user=1).status_code == 201
+
+
+def test_happy_path_writes_one_quota_and_one_event(world: World) -> None:
+    before = _counts()
+    response = _post_project_quota(world, weight=3, max_runtime_seconds=3600)
+    assert response.status_code == 201
+    assert response.json()["project"] == "alpha" and response.json()["weight"] == 3
+    assert _counts() == (before[0] + 1, before[1], before[2] + 1)
+    quota_id = response.json()["id"]
+    patched = client_for(world.admin_a).patch(f"{PROJECT_QUOTAS}{quota_id}/", {"limit": 16}, format="json")
+    assert patched.status_code == 200 and patched.json()["limit"] == 16
+    _refused(
+        client_for(world.admin_a).patch(f"{PROJECT_QUOTAS}{quota_id}/", {"limit": 1}, format="json"),
+        "limit",
+        "limit_below_guaranteed",
+    )
+    assert ProjectQuota.all_tenants.get(pk=quota_id).limit == 16
+
+
+def test_duplicate_project_quota_in_a_pool_is_refused(world: World) -> None:
+    assert _post_project_quota(world).status_code == 201
+    _refused(_post_project_quota(world), "pool", "unique")
+
+
+def test_tenant_admin_cannot_change_their_tenants_quota(world: World) -> None:
+    url = f"{TENANT_QUOTAS}{world.quota_a.pk}/"
+    response = client_for(world.admin_a).patch(url, {"limit": 1000}, format="json")
+    assert response.status_code == 403
+    assert TenantQuota.all_tenants.get(pk=world.quota_a.pk).limit == 16
+    assert (
+        client_for(world.admin_a).post(TENANT_QUOTAS, {"pool": "shared", "limit": 5}, format="json").status_code == 403
+    )
+
+
+def test_operator_cannot_lower_the_tenant_below_its_projects(world: World) -> None:
+    assert _post_project_quota(world, guaranteed=6, limit=12).status_code == 201
+    url = f"{TENANT_QUOTAS}{world.quota_a.pk}/"
+    operator = client_for(world.operator)
+    before = _counts()
+    _refused(operator.patch(url, {"guaranteed": 5}, format="json"), "guaranteed", "below_project_guarantees")
+    _refused(operator.patch(url, {"guaranteed": 8, "limit": 11}, format="json"), "limit", "below_project_limit")
+    _unchanged(before)
+    assert operator.patch(url, {"guaranteed": 6, "limit": 12}, format="json").status_code == 200
+
+
+def test_quota_in_a_pool_dedicated_to_another_tenant_is_refused(world: World) -> None:
+    NodePool.objects.create(name="b-only", dedicated_tenant=world.tenant_b)
+    response = client_for(world.operator).post(TENANT_QUOTAS, {"pool": "b-only", "limit": 4}, format="json")
+    # The dedicated pool is not even a valid choice for tenant A.
+    _refused(response, "pool", "does_not_exist")
+    with pytest.raises(Exception, match="dedicated to another tenant"):
+        services.create_tenant_quota(
+            actor=Actor(user=world.operator),
+            tenant=world.tenant_a,
+            pool=NodePool.objects.get(name="b-only"),
+            values=services.QuotaValues(limit=4),
+        )
+
+
+def test_deleting_a_tenant_quota_removes_its_projects_quotas_in_that_pool(world: World) -> None:
+    assert _post_project_quota(world).status_code == 201
+    assert client_for(world.operator).delete(f"{TENANT_QUOTAS}{world.quota_a.pk}/").status_code == 204
+    assert not ProjectQuota.all_tenants.exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_project_quotas_cannot_together_exceed_the_tenant_guarantee(world: World) -> None:
+    """Each of two 5-GPU guarantees fits in the tenant's 8; together they don't. The row lock lets one through."""
+    second = Project.all_tenants.create(tenant=world.tenant_a, slug="second", name="Second")
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def create(project: Project) -> None:
+        try:
+            barrier.wait(timeout=10)
+            services.create_project_quota(
+                actor=Actor(user=world.admin_a),
+                project=project,
+                pool=world.pool,
+                values=services.QuotaValues(guaranteed=5, limit=5),
+            )
+            outcomes.append("created")
+        except Exception as error:  # the loser's error is the point of the test
+            outcomes.append(type(error).__name__)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create, args=(p,)) for p in (world.project_a, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(outcomes) == ["ValidationError", "created"]
+    assert sum(ProjectQuota.all_tenants.values_list("guaranteed", flat=True)) == 5
