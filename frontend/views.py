@@ -16,7 +16,7 @@ from django.contrib.auth import views as auth_views
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.forms import Form
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
@@ -77,7 +77,8 @@ def home(request: HttpRequest) -> HttpResponse:
     tenants = tenants_for_switcher(actor)
     if len(tenants) == 1 and not actor.is_operator:
         return redirect("frontend:overview", tenant=tenants[0].slug)
-    return render(request, "frontend/home.html", {"tenants": tenants})
+    tenant_form = forms.TenantForm() if actor.is_operator else None
+    return render(request, "frontend/home.html", {"tenants": tenants, "tenant_form": tenant_form})
 
 
 @tenant_view(Role.VIEWER)
@@ -250,19 +251,22 @@ def _quota_context(
     }
 
 
+# The two kinds of quota an edit URL names: where to find one, and the services that change and delete it.
+QUOTA_KINDS: dict[str, tuple[Callable[[], Any], Callable[..., Any], Callable[..., Any]]] = {
+    "tq": (selectors.tenant_quotas_in_scope, services.update_tenant_quota, services.delete_tenant_quota),
+    "pq": (selectors.project_quotas_in_scope, services.update_project_quota, services.delete_project_quota),
+}
+
+
 @require_POST
 @tenant_view(Role.ADMIN)
 def quota_edit(request: HttpRequest, page: Page, kind: str, pk: int) -> HttpResponse:
     """Change or delete one quota; a rule violation re-renders the quotas page with the error on that row."""
+    if kind not in QUOTA_KINDS:
+        raise Http404("No such quota.")
+    in_scope, update, delete = QUOTA_KINDS[kind]
+    quota = get_object_or_404(in_scope(), pk=pk)
     prefix = f"{kind}{pk}"
-    update: Callable[..., Any]
-    delete: Callable[..., Any]
-    if kind == "tq":
-        quota: Any = get_object_or_404(selectors.tenant_quotas_in_scope(), pk=pk)
-        update, delete = services.update_tenant_quota, services.delete_tenant_quota
-    else:
-        quota = get_object_or_404(selectors.project_quotas_in_scope(), pk=pk)
-        update, delete = services.update_project_quota, services.delete_project_quota
     if "delete" in request.POST:
         delete(actor=page.actor, quota=quota)
         messages.success(request, "Quota removed.")

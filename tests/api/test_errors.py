@@ -76,6 +76,7 @@ def test_caller_request_id_is_echoed_when_well_formed(world: World) -> None:
 
 def test_openapi_schema_is_valid(world: World) -> None:
     from openapi_spec_validator import validate
+
     response = client_for(world.admin_a).get("/api/v1/schema/?format=json")
     assert response.status_code == 200
     schema = json.loads(response.content)

@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from tenants.models import ApiToken, AuditEvent, Project, ProjectQuota
+from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota
 from tests.conftest import PASSWORD, World
 
 TENANT_PAGES = ["", "projects/", "members/", "quotas/", "tokens/", "audit/", "projects/alpha/"]
@@ -127,3 +127,46 @@ def test_login_locks_after_repeated_failures_even_for_the_right_password(world: 
     assert response.status_code == 200
     assert "Too many failed attempts" in response.content.decode()
     assert "_auth_user_id" not in client.session
+
+
+def test_outsiders_cannot_post_to_another_tenants_write_pages(world: World) -> None:
+    """Write URLs answer an outsider exactly like read URLs: 404, and nothing changes."""
+    membership = Membership.all_tenants.get(user=world.member_a, tenant=world.tenant_a)
+    client = logged_in("admin_b")
+    before = AuditEvent.all_tenants.count()
+    posts = {
+        "/t/tenant-a/projects/": {"new-slug": "sneaky", "new-name": "Sneaky"},
+        "/t/tenant-a/projects/alpha/": {"delete": "1"},
+        f"/t/tenant-a/members/{membership.pk}/": {"remove": "1"},
+        "/t/tenant-a/members/": {"invite-username": "mole", "invite-role": "admin"},
+        f"/t/tenant-a/quotas/tq/{world.quota_a.pk}/": {"delete": "1"},
+        "/t/tenant-a/tokens/": {"name": "x", "role": "viewer", "expires_in_days": 7},
+    }
+    for path, data in posts.items():
+        assert client.post(path, data).status_code == 404, path
+    assert AuditEvent.all_tenants.count() == before
+
+
+def test_quota_edit_urls_name_a_known_kind_of_quota(world: World) -> None:
+    response = logged_in("admin_a").post(f"/t/tenant-a/quotas/zz/{world.quota_a.pk}/", {"delete": "1"})
+    assert response.status_code == 404
+
+
+def test_only_operators_change_tenant_quotas_even_by_posting(world: World) -> None:
+    response = logged_in("admin_a").post(f"/t/tenant-a/quotas/tq/{world.quota_a.pk}/", {"delete": "1"})
+    assert response.status_code == 403
+    assert TenantQuota.all_tenants.filter(pk=world.quota_a.pk).exists()
+
+
+def test_operators_create_tenants_from_the_home_page(world: World) -> None:
+    client = logged_in("operator")
+    assert 'id="create-tenant"' in client.get("/").content.decode()
+    response = client.post("/ops/tenants/", {"create": "1", "slug": "tenant-c", "name": "Tenant C"})
+    assert response.status_code == 302
+    assert Tenant.objects.filter(slug="tenant-c").exists()
+
+
+def test_a_member_of_one_tenant_lands_on_it_and_sees_no_tenant_creation(world: World) -> None:
+    client = logged_in("member_a")
+    assert client.get("/")["Location"] == "/t/tenant-a/"
+    assert 'id="create-tenant"' not in client.get("/t/tenant-a/").content.decode()
