@@ -33,7 +33,6 @@ from tenants import selectors, services
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import ApiToken, Membership, ProjectQuota, Tenant, TenantQuota
-from tenants.services.audit import record_audit_event
 
 
 def attempt(form: Form, call: Callable[[], Any]) -> Any | None:
@@ -64,10 +63,11 @@ class AcceptInviteView(auth_views.PasswordResetConfirmView):
     reset_url_token = "set-password"  # noqa: S105 -- a URL segment, not a secret
 
     def form_valid(self, form: Any) -> HttpResponse:
-        response = super().form_valid(form)
-        record_audit_event(actor=Actor(user=form.user), action="user.set_password", obj=form.user, tenant_id=None)
+        # The password is saved by the service (validated, audited), not by the form.
+        services.set_password(actor=Actor(user=form.user), user=form.user, password=form.cleaned_data["new_password1"])
+        del self.request.session[auth_views.INTERNAL_RESET_SESSION_TOKEN]
         messages.success(self.request, "Your password is set. Log in to continue.")
-        return response
+        return HttpResponseRedirect(self.get_success_url())
 
 
 def home(request: HttpRequest) -> HttpResponse:

@@ -26,7 +26,7 @@ from tenants.services.tenants import (
     update_tenant,
 )
 from tenants.services.tokens import IssuedToken, create_token, revoke_token
-from tenants.services.users import create_operator
+from tenants.services.users import create_operator, set_password
 
 __all__ = [
     "Invitation",
@@ -50,6 +50,7 @@ __all__ = [
     "record_login_failure",
     "remove_member",
     "revoke_token",
+    "set_password",
     "snapshot",
     "update_member",
     "update_project",

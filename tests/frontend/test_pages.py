@@ -101,6 +101,7 @@ def test_invitation_link_is_shown_once_and_lets_the_new_member_set_a_password(wo
     response = newbie.post(form_page.request["PATH_INFO"], {"new_password1": password, "new_password2": password})
     assert response.status_code == 302
     assert newbie.login(username="newbie", password=password)
+    assert AuditEvent.all_tenants.filter(action="user.set_password", actor_label="newbie").count() == 1
 
 
 def test_token_secret_is_shown_once(world: World) -> None:
