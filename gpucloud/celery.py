@@ -11,3 +11,5 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpucloud.settings")
 app = Celery("gpucloud")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# The agent's tasks live in a sub-package of the inventory app.
+app.autodiscover_tasks(["inventory.agent"])

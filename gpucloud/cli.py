@@ -4,6 +4,7 @@ gpucloud up              migrate, collect static files, create the first operato
                          and serve the console with its workers in one process
 gpucloud serve           serve the web process only (distributed deployments)
 gpucloud worker          run a Celery worker (controller), optionally with beat
+gpucloud agent --node N  run the agent of node N: its queue, heartbeat and GPU sampler
 gpucloud migrate         apply database migrations
 gpucloud createoperator  create a platform operator account
 gpucloud manage ...      any Django management command
@@ -69,8 +70,16 @@ def cmd_up(args: argparse.Namespace) -> None:
     call_command("collectstatic", interactive=False, verbosity=0)
     _ensure_first_operator()
     if settings.EMBEDDED:
-        embedded.start_worker(app, queues=["control"])
+        from inventory.agent.config import config_from_settings
+        from inventory.agent.runner import start_reporter
+        from inventory.models import agent_queue_for
+
+        # The agent of this machine's node runs here too, on its own queue.
+        agent = config_from_settings()
+        embedded.start_worker(app, queues=["control", agent_queue_for(agent.node)])
         embedded.start_beat(app, schedule_file=settings.DATA_DIR / "celerybeat-schedule")
+        start_reporter(agent)
+        print(f"Embedded agent of node {agent.node!r}: register a node of that name to use this machine.", flush=True)
     print(f"gpucloud console on http://{args.host}:{args.port}", flush=True)
     _serve(args.host, args.port)
 
@@ -88,6 +97,21 @@ def cmd_worker(args: argparse.Namespace) -> None:
     if args.beat:
         argv.append("--beat")
     app.worker_main(argv)
+
+
+def cmd_agent(args: argparse.Namespace) -> None:
+    """Run a node agent: a Celery worker on the node's queue plus the heartbeat and GPU sampler thread."""
+    _setup_django()
+    from gpucloud.celery import app
+    from inventory.agent.config import config_from_settings
+    from inventory.agent.runner import start_reporter, worker_argv
+
+    overrides: dict[str, object] = {"probe": args.probe, "simulated_gpu_count": args.simulated_gpus}
+    if args.allow_process_runtime:
+        overrides["process_enabled"] = True
+    config = config_from_settings(args.node, **overrides)
+    start_reporter(config)
+    app.worker_main(worker_argv(config, loglevel=args.loglevel))
 
 
 def cmd_manage(args: argparse.Namespace, extra: Sequence[str]) -> None:
@@ -130,6 +154,12 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--queues", default="control")
     worker.add_argument("--beat", action="store_true", help="also run the periodic scheduler")
     worker.add_argument("--loglevel", default="INFO")
+    agent = commands.add_parser("agent", help="run the agent of one node")
+    agent.add_argument("--node", default=os.environ.get("GPUCLOUD_NODE_NAME"), required="GPUCLOUD_NODE_NAME" not in os.environ)
+    agent.add_argument("--probe", choices=["nvml", "simulated"], default="nvml", help="GPU probe (default: nvml)")
+    agent.add_argument("--simulated-gpus", type=int, default=8, help="GPUs of the simulated probe")
+    agent.add_argument("--allow-process-runtime", action="store_true", help="enable the non-isolated process runtime")
+    agent.add_argument("--loglevel", default="INFO")
     commands.add_parser("migrate", help="apply database migrations")
     operator = commands.add_parser("createoperator", help="create a platform operator")
     operator.add_argument("username")
@@ -148,4 +178,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         cmd_manage(argparse.Namespace(), ["migrate", *argv[1:]])
         return
     args = _parser().parse_args(argv)
-    {"up": cmd_up, "serve": cmd_serve, "worker": cmd_worker, "createoperator": cmd_createoperator}[args.command](args)
+    handlers = {
+        "up": cmd_up,
+        "serve": cmd_serve,
+        "worker": cmd_worker,
+        "agent": cmd_agent,
+        "createoperator": cmd_createoperator,
+    }
+    handlers[args.command](args)

@@ -140,8 +140,35 @@ CELERY_TASK_DEFAULT_QUEUE = "control"
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
+
+# --- Nodes and agents ----------------------------------------------------------
+# Seconds between an agent's heartbeats (each carries its latest GPU samples).
+NODE_HEARTBEAT_SECONDS = env_int("NODE_HEARTBEAT_SECONDS", 5, minimum=1, maximum=300)
+# Seconds without a heartbeat after which a live node becomes unreachable.
+NODE_HEARTBEAT_TIMEOUT_SECONDS = env_int("NODE_HEARTBEAT_TIMEOUT_SECONDS", 30, minimum=2, maximum=3600)
+# Seconds a node may stay provisioning before it fails (its agent never answered).
+NODE_PROVISION_TIMEOUT_SECONDS = env_int("NODE_PROVISION_TIMEOUT_SECONDS", 600, minimum=10, maximum=86400)
+# Image and command of the container every node must run with exit code 0 before it becomes ready.
+GPUCLOUD_HEALTHCHECK_IMAGE = env_str("GPUCLOUD_HEALTHCHECK_IMAGE", "busybox:stable") or ""
+GPUCLOUD_HEALTHCHECK_COMMAND = env_list("GPUCLOUD_HEALTHCHECK_COMMAND", ["true"])
+# Seconds between two NVML samples on an agent (sent to the live views; the latest rides on each heartbeat).
+GPU_SAMPLE_SECONDS = env_int("GPU_SAMPLE_SECONDS", 1, minimum=1, maximum=60)
+# The agent's node name; in embedded mode the console runs the agent of this node.
+GPUCLOUD_NODE_NAME = env_str("GPUCLOUD_NODE_NAME", "local") or "local"
+# Allow the `process` runtime (not isolated: single-host development only) on this agent.
+GPUCLOUD_AGENT_PROCESS_RUNTIME = env_bool("GPUCLOUD_AGENT_PROCESS_RUNTIME", False)
+# Docker Engine the agent drives; unset means the local socket.
+DOCKER_HOST = env_str("DOCKER_HOST")
+# Allow the agent to pull missing images (the health-check image included).
+GPUCLOUD_AGENT_PULL_IMAGES = env_bool("GPUCLOUD_AGENT_PULL_IMAGES", True)
+
 CELERY_BEAT_SCHEDULE = {
     "purge-expired-sessions": {"task": "tenants.purge_expired_sessions", "schedule": 3600.0},
+    "check-nodes": {"task": "inventory.check_nodes", "schedule": 10.0},
+    "heartbeat-simulated-nodes": {
+        "task": "inventory.heartbeat_simulated_nodes",
+        "schedule": float(NODE_HEARTBEAT_SECONDS),
+    },
 }
 
 AUTHENTICATION_BACKENDS = ["tenants.backends.ThrottledModelBackend"]

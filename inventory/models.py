@@ -1,8 +1,12 @@
-"""Node pools now; nodes and GPUs arrive with the inventory issue."""
+"""Node pools, nodes, their GPUs and the events operators read."""
 
 from __future__ import annotations
 
+from django.core.validators import RegexValidator
 from django.db import models
+from django.utils import timezone
+
+from inventory.choices import GpuHealth, MigMode, NodeKind, NodeState, RuntimeKind
 
 from tenants.models import SLUG_RULE
 
@@ -27,3 +31,127 @@ class NodePool(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+NODE_NAME_RULE = RegexValidator(
+    r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$",
+    "Use 1 to 63 lowercase letters, digits, dots or hyphens, starting and ending with a letter or digit.",
+    code="invalid_node_name",
+)
+
+
+class Node(models.Model):
+    """A machine whose GPUs the cloud schedules onto.
+
+    The controller reaches the node's agent through its Celery queue
+    (`agent_queue`); simulated nodes have no agent: their node-local work runs
+    on the controller. The versions are what the last provisioning probe found.
+    """
+
+    name = models.CharField(max_length=63, unique=True, validators=[NODE_NAME_RULE])
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="nodes")
+    kind = models.CharField(max_length=20, choices=NodeKind.choices, default=NodeKind.BARE_METAL)
+    runtime = models.CharField(max_length=20, choices=RuntimeKind.choices, default=RuntimeKind.DOCKER)
+    address = models.CharField(max_length=255, blank=True, help_text="Host name or IP other nodes reach it at.")
+    labels = models.JSONField(default=dict, blank=True)
+    cpu_cores = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveBigIntegerField(default=0)
+    # Only for simulated nodes: the GPUs the simulated probe reports.
+    simulated_gpu_count = models.PositiveSmallIntegerField(default=0)
+    simulated_gpu_model = models.CharField(max_length=100, blank=True)
+
+    state = models.CharField(max_length=20, choices=NodeState.choices, default=NodeState.REGISTERED)
+    state_reason = models.TextField(blank=True, max_length=2000)
+    state_changed_at = models.DateTimeField(default=timezone.now)
+    # The live state an outage interrupted, restored when heartbeats resume.
+    resume_state = models.CharField(max_length=20, choices=NodeState.choices, blank=True)
+    # Bumped on every provisioning start; stale workflow steps compare it and stop.
+    provisioning_attempt = models.PositiveIntegerField(default=0)
+
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    agent_version = models.CharField(max_length=40, blank=True)
+    engine_version = models.CharField(max_length=40, blank=True)
+    runc_version = models.CharField(max_length=40, blank=True)
+    nvidia_driver_version = models.CharField(max_length=40, blank=True)
+    cuda_version = models.CharField(max_length=40, blank=True)
+    toolkit_version = models.CharField(max_length=40, blank=True)
+    nvidia_runtime = models.BooleanField(default=False)
+    device_requests = models.BooleanField(default=False)
+    probed_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["state", "last_heartbeat_at"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(runtime="simulated") | models.Q(simulated_gpu_count=0),
+                name="node_simulated_gpus_only_on_simulated",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def agent_queue(self) -> str:
+        """The Celery queue the node's agent consumes; the controller's for simulated nodes."""
+        return "control" if self.runtime == RuntimeKind.SIMULATED else agent_queue_for(self.name)
+
+    @property
+    def is_simulated(self) -> bool:
+        return self.runtime == RuntimeKind.SIMULATED
+
+
+def agent_queue_for(node_name: str) -> str:
+    """Return the Celery queue of the agent of the node named `node_name`."""
+    return f"node.{node_name}"
+
+
+class Gpu(models.Model):
+    """One GPU of a node, identified by its UUID. `present` turns False when a probe no longer finds it."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=100, unique=True)
+    model = models.CharField(max_length=100)
+    memory_mb = models.PositiveIntegerField(default=0)
+    mig_mode = models.CharField(max_length=20, choices=MigMode.choices, default=MigMode.UNSUPPORTED)
+    present = models.BooleanField(default=True)
+    health = models.CharField(max_length=20, choices=GpuHealth.choices, default=GpuHealth.OK)
+    health_reason = models.TextField(blank=True, max_length=2000)
+    health_changed_at = models.DateTimeField(null=True, blank=True)
+    utilization = models.FloatField(null=True, blank=True)
+    memory_used_mb = models.PositiveIntegerField(null=True, blank=True)
+    last_sample = models.JSONField(null=True, blank=True)
+    last_sample_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        indexes = [models.Index(fields=["node", "index"])]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+
+class NodeEvent(models.Model):
+    """Something that happened to a node or one of its GPUs, for operators. Dotted kinds (`node.state_changed`)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="events")
+    gpu = models.ForeignKey(Gpu, on_delete=models.SET_NULL, null=True, blank=True, related_name="events")
+    kind = models.CharField(max_length=60)
+    from_state = models.CharField(max_length=20, blank=True)
+    to_state = models.CharField(max_length=20, blank=True)
+    message = models.TextField(max_length=4000)
+    data = models.JSONField(default=dict, blank=True)
+    actor_label = models.CharField(max_length=150, default="system")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["node", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} {self.kind}"

@@ -2,7 +2,8 @@
 
 Every error body is `{"error": {"code", "message", "fields"?, "request_id"}}`:
 `code` is stable and machine-readable, `message` is for people, and
-`fields` maps each invalid input field to a list of `{code, message}`.
+`fields` maps each invalid input field to a list of `{code, message}`;
+`details` (409 only) carries facts such as the current state.
 """
 
 from __future__ import annotations
@@ -32,11 +33,18 @@ _CODES = {
 }
 
 
-def error_body(code: str, message: str, fields: dict[str, list[dict[str, str]]] | None = None) -> dict[str, Any]:
+def error_body(
+    code: str,
+    message: str,
+    fields: dict[str, list[dict[str, str]]] | None = None,
+    details: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Return the error envelope used by every API response with a 4xx or 5xx status."""
     body: dict[str, Any] = {"code": code, "message": message, "request_id": current_request_info().request_id}
     if fields:
         body["fields"] = fields
+    if details:
+        body["details"] = details
     return {"error": body}
 
 
@@ -69,7 +77,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, exceptions.ValidationError):
         return _validation_response(exc.detail)
     if isinstance(exc, Conflict):
-        return Response(error_body(exc.code, exc.message), status=409)
+        return Response(error_body(exc.code, exc.message, details=exc.details), status=409)
     if isinstance(exc, IntegrityError):
         return Response(
             error_body("conflict", "The change clashes with a concurrent one; reload and try again."), status=409

@@ -24,7 +24,11 @@ import pytest
 from django.apps import apps
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from inventory.models import NodePool
+from django.db import transaction
+
+from inventory.choices import NodeState
+from inventory.models import Gpu, Node, NodePool
+from inventory.services import register_node, transition_node
 from tenants import services
 from tenants.choices import Role
 from tenants.context import Actor
@@ -53,6 +57,11 @@ class Contract:
     setup: Callable[[World], dict[str, Any]] = lambda world: {}
     # Where an authorized write still answers something other than 2xx by design.
     authorized_status: dict[str, int] = field(default_factory=dict)
+    # Detail actions (POST <detail>/<name>/) and their payloads; they need the write role.
+    actions: dict[str, Payload] = field(default_factory=dict)
+
+    def operations(self) -> list[str]:
+        return OPERATIONS + [f"action:{name}" for name in self.actions]
 
     def requests(self, world: World, extra: dict[str, Any]) -> list[tuple[str, str, dict[str, Any] | None]]:
         """Return (method, url, body) for every operation this endpoint offers."""
@@ -66,6 +75,9 @@ class Contract:
             items.append(("patch", detail, self.update(world, extra)))
         if self.delete and detail:
             items.append(("delete", detail, None))
+        for name, payload in self.actions.items():
+            if detail:
+                items.append((f"action:{name}", f"{detail}{name}/", payload(world, extra)))
         return items
 
 
@@ -95,6 +107,24 @@ def _member_token(world: World) -> dict[str, Any]:
 def _audit_event(world: World) -> dict[str, Any]:
     services.update_project(actor=Actor(user=world.admin_a), project=world.project_a, name="Alpha 2")
     return {"pk": AuditEvent.all_tenants.filter(tenant_id=world.tenant_a.pk).latest("id").pk}
+
+
+def _ready_node(world: World) -> dict[str, Any]:
+    existing = Node.objects.filter(name="n1").first()
+    if existing is not None:
+        return {"pk": existing.pk}
+    node = register_node(
+        actor=Actor(user=world.operator), name="n1", pool=world.pool, runtime="simulated", simulated_gpu_count=2
+    )
+    with transaction.atomic():
+        transition_node(node, NodeState.PROVISIONING, actor=Actor(user=world.operator), action="node.provision")
+        transition_node(node, NodeState.READY, actor=Actor(user=world.operator), action="node.ready")
+    Gpu.objects.create(node=node, index=0, uuid="GPU-contract-0", model="NVIDIA H100 80GB HBM3")
+    return {"pk": node.pk}
+
+
+def _reason(world: World, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"reason": "contract test"}
 
 
 def _membership(world: World) -> dict[str, Any]:
@@ -194,6 +224,44 @@ CONTRACTS = [
         tenant_scoped=False,
         setup=_audit_event,
     ),
+    Contract(
+        basename="node",
+        list_url=_p("nodes/"),
+        detail_url=_p("nodes/n1/"),
+        read=Role.OPERATOR,
+        write=Role.OPERATOR,
+        tenant_scoped=False,
+        setup=_ready_node,
+        create=lambda w, x: {"name": "fresh-node", "pool": "shared", "runtime": "simulated", "simulated_gpu_count": 4},
+        update=lambda w, x: {"labels": {"rack": "r1"}},
+        actions={name: _reason for name in ("provision", "cordon", "uncordon", "drain", "maintenance", "retire")},
+        # From ready: provisioning, uncordoning and retiring are illegal transitions.
+        authorized_status={"action:provision": 409, "action:uncordon": 409, "action:retire": 409},
+    ),
+    Contract(
+        basename="node-gpu",
+        list_url=_p("nodes/n1/gpus/"),
+        detail_url=None,
+        read=Role.OPERATOR,
+        tenant_scoped=False,
+        setup=_ready_node,
+    ),
+    Contract(
+        basename="node-event",
+        list_url=_p("nodes/n1/events/"),
+        detail_url=None,
+        read=Role.OPERATOR,
+        tenant_scoped=False,
+        setup=_ready_node,
+    ),
+    Contract(
+        basename="gpu",
+        list_url=_p("gpus/"),
+        detail_url=_p("gpus/GPU-contract-0/"),
+        read=Role.OPERATOR,
+        tenant_scoped=False,
+        setup=_ready_node,
+    ),
     Contract(basename="me", list_url=_p("me/"), detail_url=None, read=Role.VIEWER, tenant_scoped=False),
     Contract(
         basename="token",
@@ -211,7 +279,7 @@ OPERATIONS = ["get", "get-detail", "post", "patch", "delete"]
 
 def _call(user: Any, method: str, url: str, body: dict[str, Any] | None) -> Any:
     client = client_for(user)
-    verb = "get" if method == "get-detail" else method
+    verb = "get" if method == "get-detail" else "post" if method.startswith("action:") else method
     return getattr(client, verb)(url, body, format="json") if body is not None else getattr(client, verb)(url)
 
 
@@ -222,7 +290,10 @@ def _state() -> dict[str, int]:
 
 def _cases(predicate: Callable[[Contract], bool] = lambda c: True) -> list[Any]:
     return [
-        pytest.param(c.basename, op, id=f"{c.basename}-{op}") for c in CONTRACTS if predicate(c) for op in OPERATIONS
+        pytest.param(c.basename, op, id=f"{c.basename}-{op}")
+        for c in CONTRACTS
+        if predicate(c)
+        for op in c.operations()
     ]
 
 
@@ -319,6 +390,7 @@ def test_every_api_route_has_a_contract() -> None:
     for contract in CONTRACTS:
         covered.add(f"api:{contract.basename}-list")
         covered.add(f"api:{contract.basename}-detail")
+        covered |= {f"api:{contract.basename}-{name}" for name in contract.actions}
     missing = sorted(_api_route_names(get_resolver().url_patterns) - covered)
     assert not missing, f"API routes without a permission contract: {missing}"
 

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from inventory.models import NodePool
+from inventory.models import Gpu, Node, NodeEvent, NodePool
 from tenants import services
 from tenants.context import Actor
 from tenants.models import AuditEvent, Membership, Project, ProjectQuota, TenantQuota
@@ -70,6 +70,22 @@ def _tenants(world: World, n: int, start: int = 0) -> None:
     Tenant.objects.bulk_create(Tenant(slug=f"t-{i}", name="T") for i in range(start, start + n))
 
 
+def _nodes(world: World, n: int, start: int = 0) -> None:
+    nodes = Node.objects.bulk_create(
+        Node(name=f"node-{i}", pool=world.pool, runtime="simulated", simulated_gpu_count=2, state="ready")
+        for i in range(start, start + n)
+    )
+    Gpu.objects.bulk_create(
+        Gpu(node=node, index=g, uuid=f"GPU-{node.name}-{g}", model="NVIDIA H100 80GB HBM3")
+        for node in nodes
+        for g in range(2)
+    )
+    NodeEvent.objects.bulk_create(
+        NodeEvent(node=Node.objects.get_or_create(name="watched", pool=world.pool)[0], kind="k", message=f"m{i}")
+        for i in range(start, start + n)
+    )
+
+
 # (url, who lists, how to add N rows, pinned query count)
 LISTS: list[tuple[str, str, Callable[..., None], int]] = [
     ("/api/v1/tenants/tenant-a/projects/", "admin_a", _projects, 4),
@@ -80,7 +96,12 @@ LISTS: list[tuple[str, str, Callable[..., None], int]] = [
     ("/api/v1/tenants/tenant-a/audit-events/", "admin_a", _audit, 4),
     ("/api/v1/audit-events/", "operator", _audit, 2),
     ("/api/v1/tenants/", "operator", _tenants, 2),
-    ("/api/v1/node-pools/", "admin_a", _pools, 3),
+    ("/api/v1/node-pools/", "admin_a", _pools, 4),
+    ("/api/v1/node-pools/", "operator", _nodes, 3),
+    ("/api/v1/nodes/", "operator", _nodes, 2),
+    ("/api/v1/gpus/", "operator", _nodes, 2),
+    ("/api/v1/nodes/watched/gpus/", "operator", _nodes, 2),
+    ("/api/v1/nodes/watched/events/", "operator", _nodes, 3),
     ("/api/v1/tokens/", "member_a", _tokens, 2),
 ]
 
@@ -92,7 +113,7 @@ def _count(client: APIClient, url: str) -> int:
     return len(queries)
 
 
-@pytest.mark.parametrize(("url", "who", "grow", "pinned"), LISTS, ids=[row[0] for row in LISTS])
+@pytest.mark.parametrize(("url", "who", "grow", "pinned"), LISTS, ids=[f"{row[0]}-{row[2].__name__}" for row in LISTS])
 def test_list_query_count_is_pinned_and_flat(world: World, url: str, who: str, grow: Any, pinned: int) -> None:
     client = client_for(getattr(world, who))
     grow(world, 5)

@@ -1,4 +1,4 @@
-"""Writes of the inventory app: node pools (nodes arrive with the inventory issue)."""
+"""Writes of node pools: create, update, delete (operators only)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,51 @@
+"""Controller tasks of the inventory app (queue `control`): thin, named, idempotent."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+
+from inventory import selectors, services
+from inventory.agent.simulated import simulated_reports
+
+
+@shared_task(name="inventory.provision_node")
+def provision_node(node_id: int, attempt: int) -> bool:
+    """Send the provisioning probe of `attempt` to the node's agent; False when the attempt is stale."""
+    return services.dispatch_probe(node_id, attempt)
+
+
+@shared_task(name="inventory.complete_provisioning")
+def complete_provisioning(report: dict[str, Any], node_id: int, attempt: int) -> str | None:
+    """Apply the agent's probe report (linked after `agent.probe_node`); return the node's new state."""
+    node = services.complete_provisioning(node_id=node_id, attempt=attempt, report=report)
+    return node.state if node is not None else None
+
+
+@shared_task(name="inventory.record_heartbeat")
+def record_heartbeat(report: dict[str, Any]) -> int:
+    """Apply one agent heartbeat report."""
+    return services.record_heartbeats([report])
+
+
+@shared_task(name="inventory.heartbeat_simulated_nodes")
+def heartbeat_simulated_nodes() -> int:
+    """Report for the simulated nodes, which have no agent process of their own."""
+    return services.record_heartbeats(simulated_reports(selectors.simulated_nodes_to_heartbeat()))
+
+
+@shared_task(name="inventory.check_nodes")
+def check_nodes() -> dict[str, Any]:
+    """Periodic: unreachable nodes, stalled provisioning, drained nodes reaching maintenance."""
+    return {
+        "unreachable": services.mark_unreachable_nodes(
+            timeout=timedelta(seconds=settings.NODE_HEARTBEAT_TIMEOUT_SECONDS)
+        ),
+        "provisioning_failed": services.fail_stalled_provisioning(
+            timeout=timedelta(seconds=settings.NODE_PROVISION_TIMEOUT_SECONDS)
+        ),
+        "maintenance": services.settle_draining_nodes(),
+    }
