@@ -165,6 +165,7 @@ GPUCLOUD_AGENT_PULL_IMAGES = env_bool("GPUCLOUD_AGENT_PULL_IMAGES", True)
 CELERY_BEAT_SCHEDULE = {
     "purge-expired-sessions": {"task": "tenants.purge_expired_sessions", "schedule": 3600.0},
     "check-nodes": {"task": "inventory.check_nodes", "schedule": 10.0},
+    "apply-heartbeats": {"task": "inventory.apply_heartbeats", "schedule": 1.0},
     "heartbeat-simulated-nodes": {
         "task": "inventory.heartbeat_simulated_nodes",
         "schedule": float(NODE_HEARTBEAT_SECONDS),

@@ -7,9 +7,12 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.core.cache import cache
 
-from inventory import selectors, services
+from inventory import mailbox, selectors, services
 from inventory.agent.simulated import simulated_reports
+
+HEARTBEAT_LOCK = "inventory:apply-heartbeats"
 
 
 @shared_task(name="inventory.provision_node")
@@ -25,10 +28,18 @@ def complete_provisioning(report: dict[str, Any], node_id: int, attempt: int) ->
     return node.state if node is not None else None
 
 
-@shared_task(name="inventory.record_heartbeat")
-def record_heartbeat(report: dict[str, Any]) -> int:
-    """Apply one agent heartbeat report."""
-    return services.record_heartbeats([report])
+@shared_task(name="inventory.apply_heartbeats")
+def apply_heartbeats() -> int:
+    """Periodic (every second): apply every agent report waiting in the mailbox as one batch.
+
+    Single-flight: a run that finds another one in progress returns at once.
+    """
+    if not cache.add(HEARTBEAT_LOCK, 1, timeout=60):
+        return 0
+    try:
+        return mailbox.drain_reports(services.apply_agent_reports)
+    finally:
+        cache.delete(HEARTBEAT_LOCK)
 
 
 @shared_task(name="inventory.heartbeat_simulated_nodes")

@@ -1,4 +1,4 @@
-"""How an agent's reports leave the process: Celery tasks to the controller, channel layer groups to browsers."""
+"""How an agent's reports leave the process: the controller's mailbox, and channel layer groups for browsers."""
 
 from __future__ import annotations
 
@@ -6,19 +6,13 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.conf import settings
 
-from gpucloud.celery import app
+from inventory.mailbox import post_report
 
 
 def send_report_to_controller(report: dict[str, Any]) -> None:
-    """Send one heartbeat report to the controller's queue; it expires when it would arrive too late to matter."""
-    app.send_task(
-        "inventory.record_heartbeat",
-        args=(report,),
-        queue="control",
-        expires=settings.NODE_HEARTBEAT_TIMEOUT_SECONDS,
-    )
+    """Post one heartbeat report to the controller's mailbox (applied in batches, once a second)."""
+    post_report(report)
 
 
 def publish_samples(group: str, samples: list[dict[str, Any]]) -> None:
