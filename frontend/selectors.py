@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
+from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
+from django.utils.dateparse import parse_datetime
+
+from inventory.choices import GpuHealth, NodeState
+from inventory.models import Gpu, Node, NodeEvent, NodePool
+from inventory.selectors import gpus_for_operators, node_events, nodes_for_operators, pool_capacity, unknown_agents
 from tenants.context import Actor
 from tenants.models import ApiToken, Tenant
 from tenants.selectors import memberships_of_user, tenant_summaries
+
+# How many of a node's events its page shows, newest first.
+NODE_EVENTS_SHOWN = 100
 
 
 def tenants_for_switcher(actor: Actor) -> list[Tenant]:
@@ -26,3 +37,85 @@ def tokens_in_scope_of_user(actor: Actor) -> QuerySet[ApiToken]:
 def tenants_with_counts() -> QuerySet[Tenant]:
     """Return every tenant with its project and member counts, for the operators' list."""
     return tenant_summaries().order_by("slug")
+
+
+@dataclass(frozen=True)
+class PoolCapacity:
+    """A pool with its GPUs in service per model: [{model, total, free}]."""
+
+    pool: NodePool
+    models: list[dict[str, Any]]
+
+
+def pools_with_capacity(pools: QuerySet[NodePool]) -> list[PoolCapacity]:
+    """Return `pools` (annotated with `node_count`, retired nodes left out) and their capacity, in two queries."""
+    counted = list(pools.annotate(node_count=Count("nodes", filter=~Q(nodes__state=NodeState.RETIRED))))
+    capacity = pool_capacity([pool.pk for pool in counted])
+    return [PoolCapacity(pool=pool, models=capacity[pool.pk]) for pool in counted]
+
+
+def pools_for_tenant(pools: QuerySet[NodePool], tenant: Tenant) -> QuerySet[NodePool]:
+    """Return those of `pools` that `tenant` may use: shared ones and those dedicated to it."""
+    return pools.filter(Q(dedicated_tenant__isnull=True) | Q(dedicated_tenant=tenant))
+
+
+def capacity_for_tenant(pools: QuerySet[NodePool], tenant: Tenant) -> list[PoolCapacity]:
+    """Return the capacity per GPU model of the pools among `pools` that `tenant` may use; no node details."""
+    usable = list(pools_for_tenant(pools, tenant))
+    capacity = pool_capacity([pool.pk for pool in usable])
+    return [PoolCapacity(pool=pool, models=capacity[pool.pk]) for pool in usable]
+
+
+def nodes_matching(*, pool: str = "", state: str = "") -> QuerySet[Node]:
+    """Return the operators' node list (GPU counts annotated), narrowed to a pool name and a state when given."""
+    nodes = nodes_for_operators()
+    if pool:
+        nodes = nodes.filter(pool__name=pool)
+    if state:
+        nodes = nodes.filter(state=state)
+    return nodes
+
+
+# Failed GPUs first, then degraded, then healthy ones.
+WORST_FIRST = Case(
+    When(health=GpuHealth.FAILED, then=Value(0)),
+    When(health=GpuHealth.DEGRADED, then=Value(1)),
+    default=Value(2),
+    output_field=IntegerField(),
+)
+
+
+def gpus_worst_first(*, health: str = "", pool: str = "") -> QuerySet[Gpu]:
+    """Return every present GPU with its node and pool, failed first, then degraded; narrowed when asked."""
+    gpus = gpus_for_operators()
+    if health:
+        gpus = gpus.filter(health=health)
+    if pool:
+        gpus = gpus.filter(node__pool__name=pool)
+    return gpus.annotate(health_rank=WORST_FIRST).order_by("health_rank", "node__name", "index")
+
+
+def gpus_of_node(node: Node) -> QuerySet[Gpu]:
+    """Return `node`'s present GPUs by index."""
+    return Gpu.objects.filter(node=node, present=True).order_by("index")
+
+
+def recent_node_events(node: Node) -> list[NodeEvent]:
+    """Return `node`'s latest events, newest first."""
+    return list(node_events(node)[:NODE_EVENTS_SHOWN])
+
+
+def unregistered_agents() -> list[tuple[str, datetime | None]]:
+    """Return (node name, last seen) of agents reporting for nodes nobody registered (yet), by name.
+
+    The inventory remembers the names for a while; one registered meanwhile is left out.
+    """
+    heard = unknown_agents()
+    if not heard:
+        return []
+    registered = set(Node.objects.filter(name__in=list(heard)).values_list("name", flat=True))
+    return [
+        (name, parse_datetime(seen) if isinstance(seen, str) else None)
+        for name, seen in sorted(heard.items())
+        if name not in registered
+    ]

@@ -3,7 +3,8 @@
 Every write goes through a service (which checks the role again, validates,
 and writes one audit event); its errors are shown on the form that caused
 them. Tenant pages get a `Page` from `tenant_view`; operator pages are 404
-for everyone else.
+for everyone else. The inventory's operator pages (pools, nodes, GPUs) are
+in `frontend.views.inventory`.
 """
 
 from __future__ import annotations
@@ -18,17 +19,20 @@ from django.core.paginator import Paginator
 from django.forms import Form
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse, reverse_lazy
+from django.urls import reverse_lazy
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from frontend import forms
 from frontend.access import Page, actor_of, operator_view, tenant_view
-from frontend.selectors import tenants_for_switcher, tenants_with_counts, tokens_in_scope_of_user
+from frontend.selectors import (
+    capacity_for_tenant,
+    tenants_for_switcher,
+    tenants_with_counts,
+    tokens_in_scope_of_user,
+)
 from gpucloud.errors import Conflict
 from inventory import selectors as pool_selectors
-from inventory import services as pool_services
-from inventory.models import NodePool
 from tenants import selectors, services
 from tenants.choices import Role
 from tenants.context import Actor
@@ -88,6 +92,7 @@ def overview(request: HttpRequest, page: Page) -> HttpResponse:
         "projects": selectors.projects_in_scope().count(),
         "members": selectors.memberships_in_scope().count(),
         "quotas": selectors.tenant_quotas_in_scope(),
+        "capacity": capacity_for_tenant(pool_selectors.pools_visible_to(page.actor), page.tenant),
     }
     return render(request, "frontend/overview.html", context)
 
@@ -338,51 +343,3 @@ def ops_tenants(request: HttpRequest) -> HttpResponse:
         services.update_tenant(actor=actor_of(request), tenant=tenant, is_active=not tenant.is_active)
         return again(request)
     return render(request, "frontend/ops_tenants.html", {"tenants": tenants_with_counts(), "form": form})
-
-
-def _tenant_choices() -> list[tuple[str, str]]:
-    return [(t.slug, t.name) for t in Tenant.objects.order_by("slug")]
-
-
-def _pool_form_tenant(form: Form) -> Tenant | None:
-    slug = form.cleaned_data.pop("dedicated_tenant", "")
-    return Tenant.objects.filter(slug=slug).first() if slug else None
-
-
-@operator_view
-def ops_pools(request: HttpRequest) -> HttpResponse:
-    form = forms.PoolForm(request.POST if request.method == "POST" else None, tenant_choices=_tenant_choices())
-    if form.is_valid():
-        tenant = _pool_form_tenant(form)
-        if attempt(
-            form,
-            lambda: pool_services.create_node_pool(
-                actor=actor_of(request), dedicated_tenant=tenant, **form.cleaned_data
-            ),
-        ):
-            messages.success(request, "Pool created.")
-            return again(request)
-    pools = pool_selectors.pools_visible_to(actor_of(request))
-    return render(
-        request, "frontend/ops_pools.html", {"pools": pools, "form": form, "tenant_choices": _tenant_choices()}
-    )
-
-
-@require_POST
-@operator_view
-def ops_pool_edit(request: HttpRequest, name: str) -> HttpResponse:
-    pool = get_object_or_404(NodePool, name=name)
-    actor = actor_of(request)
-    try:
-        if "delete" in request.POST:
-            pool_services.delete_node_pool(actor=actor, pool=pool)
-        else:
-            slug = request.POST.get("dedicated_tenant", "")
-            tenant = Tenant.objects.filter(slug=slug).first() if slug else None
-            pool_services.update_node_pool(
-                actor=actor, pool=pool, description=request.POST.get("description", ""), dedicated_tenant=tenant
-            )
-        messages.success(request, f"Pool {name} saved.")
-    except (ValidationError, Conflict) as error:
-        messages.error(request, message_of(error))
-    return redirect(reverse("frontend:ops_pools"))
