@@ -4,18 +4,23 @@ Personas: `operator` (platform staff); tenant A's `admin_a`, `member_a`,
 `viewer_a`; tenant B's `admin_b` (the outsider). Tenant A has a project
 `alpha`, pool `shared` has a quota for tenant A.
 
-Tests marked `postgres`, `redis` or `browser` skip when the service is
-missing, unless GPUCLOUD_REQUIRE_SERVICES names it: then they fail, which
-is how CI proves they ran against the real thing.
+Tests marked `postgres`, `redis`, `browser` or `docker` skip when the
+service is missing, unless GPUCLOUD_REQUIRE_SERVICES names it: then they
+fail, which is how CI proves they ran against the real thing. Docker tests
+run the image `test_image` names, built from busybox-static by
+.ci/build-test-image when it is missing; nothing is ever pulled.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +36,9 @@ from tenants.scoping import deactivate_tenant
 
 PASSWORD = "correct-horse-battery-staple"
 REQUIRED = {s.strip() for s in os.environ.get("GPUCLOUD_REQUIRE_SERVICES", "").split(",") if s.strip()}
+SERVICES = ("postgres", "redis", "browser", "docker")
+TEST_IMAGE = "gpucloud-test/busybox:latest"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def chromium_path() -> str | None:
@@ -41,6 +49,22 @@ def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@functools.cache
+def docker_missing() -> str | None:
+    """Return why no Docker engine answers here (no CLI, or `docker info` fails), or None when one does."""
+    cli = shutil.which("docker")
+    if cli is None:
+        return "no docker CLI"
+    try:
+        result = subprocess.run([cli, "info"], capture_output=True, text=True, timeout=20, check=False)
+    except subprocess.TimeoutExpired:
+        return "`docker info` did not answer within 20 s"
+    if result.returncode != 0:
+        last = result.stderr.strip().splitlines()[-1:] or ["no output"]
+        return f"`docker info` failed: {last[0]}"
+    return None
+
+
 def _missing(service: str) -> str | None:
     if service == "postgres" and connection.vendor != "postgresql":
         return "DATABASE_URL does not point at Postgres"
@@ -48,11 +72,13 @@ def _missing(service: str) -> str | None:
         return "REDIS_URL is not set"
     if service == "browser" and chromium_path() is None:
         return "no Chromium found (set CHROMIUM_PATH)"
+    if service == "docker":
+        return docker_missing()
     return None
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    for service in ("postgres", "redis", "browser"):
+    for service in SERVICES:
         if item.get_closest_marker(service) is None:
             continue
         reason = _missing(service)
@@ -61,6 +87,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if service in REQUIRED:
             pytest.fail(f"{service} is required (GPUCLOUD_REQUIRE_SERVICES) but missing: {reason}", pytrace=False)
         pytest.skip(f"{service} unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def test_image() -> str:
+    """Return the local image Docker tests run, building it (from busybox-static, no pull) when missing."""
+    subprocess.run([str(ROOT / ".ci" / "build-test-image"), TEST_IMAGE], check=True, timeout=120)
+    return TEST_IMAGE
 
 
 @pytest.fixture(autouse=True)

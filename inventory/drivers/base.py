@@ -1,0 +1,257 @@
+"""The driver contract: what a node runtime and a GPU probe promise.
+
+Everything that crosses this boundary is a plain dataclass or a JSON-able
+dict; no SDK object (docker, pynvml) ever leaves `inventory/drivers/`. A
+runtime's state for one workload is an opaque JSON `Handle` that the caller
+persists and hands back, so a restarted controller or agent can resume.
+
+Errors are of two kinds: `PermanentDriverError` (retrying cannot help: bad
+image, spec refused, workload unknown) and `TransientDriverError` (retry
+later: engine unreachable, call timed out). Every call takes a timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Handle = dict[str, Any]
+"""Opaque, JSON-serializable state of one workload inside a runtime."""
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds a driver call may take unless the caller says otherwise."""
+
+WorkloadState = Literal["created", "running", "exited", "missing"]
+Stream = Literal["stdout", "stderr"]
+GpuHealthLevel = Literal["ok", "degraded", "failed"]
+
+
+class DriverError(Exception):
+    """Base of every error a driver raises; `code` is a stable machine-readable reason."""
+
+    code = "driver_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class PermanentDriverError(DriverError):
+    """Retrying the same call cannot succeed (refused spec, unknown image, no such workload)."""
+
+    code = "permanent"
+
+
+class TransientDriverError(DriverError):
+    """The call may succeed later (engine down, network blip)."""
+
+    code = "transient"
+
+
+class DriverTimeout(TransientDriverError):
+    """The call did not finish within its timeout."""
+
+    code = "timeout"
+
+
+# --- runtime -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Limits of one container or process: CPUs (fractional), memory, process count."""
+
+    cpus: float = 1.0
+    memory_mb: int = 1024
+    pids: int = 1024
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What to run: one replica of one attempt of a workload.
+
+    `name` is deterministic (derived from workload id, replica and attempt by
+    the caller) so a retried `start` adopts what an earlier try created.
+    `gpu_uuids` are the GPUs granted; an empty list means no GPU at all.
+    `env` has already passed `policy.check_environment`.
+    """
+
+    name: str
+    workload_id: str
+    tenant: str
+    attempt: int
+    image: str
+    command: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    gpu_uuids: list[str] = field(default_factory=list)
+    resources: Resources = field(default_factory=Resources)
+    replica: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkloadStatus:
+    """What `poll` and `stop` observed: state, exit code once exited, and resource use."""
+
+    state: WorkloadState
+    exit_code: int | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    cpu_seconds: float | None = None
+    memory_bytes: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of output. `cursor` passed back as `since` resumes just after this line."""
+
+    timestamp: str
+    stream: Stream
+    text: str
+    cursor: str
+
+
+@dataclass(frozen=True)
+class ManagedWorkload:
+    """A workload the runtime manages, as listed for reconciliation."""
+
+    name: str
+    workload_id: str
+    tenant: str
+    attempt: int
+    replica: int
+    state: WorkloadState
+    handle: Handle
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """What a runtime found about its host; versions are None where absent."""
+
+    kind: str
+    isolated: bool
+    simulated: bool = False
+    engine_version: str | None = None
+    runc_version: str | None = None
+    nvidia_runtime: bool = False
+    device_requests: bool = False
+    toolkit_version: str | None = None
+    cpus: int | None = None
+    memory_mb: int | None = None
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """A node runtime: six calls, each bounded by `timeout` seconds."""
+
+    def start(self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT) -> Handle:
+        """Start `spec`, or adopt the existing workload of the same name; return its handle.
+
+        Raises PermanentDriverError when the spec or image is refused,
+        TransientDriverError when the runtime cannot be reached.
+        """
+        ...
+
+    def poll(self, handle: Handle, *, timeout: float = DEFAULT_TIMEOUT) -> WorkloadStatus:
+        """Return the workload's current state; `missing` when it no longer exists."""
+        ...
+
+    def stop(self, handle: Handle, *, grace_seconds: float = 30.0, timeout: float = DEFAULT_TIMEOUT) -> WorkloadStatus:
+        """Send SIGTERM, kill after `grace_seconds`, and return the final status. Idempotent."""
+        ...
+
+    def logs(
+        self, handle: Handle, *, since: str | None = None, follow: bool = False, timeout: float = DEFAULT_TIMEOUT
+    ) -> Iterator[LogLine]:
+        """Yield output lines after cursor `since` (all when None); with `follow`, until the workload ends."""
+        ...
+
+    def list_managed(self, *, timeout: float = DEFAULT_TIMEOUT) -> list[ManagedWorkload]:
+        """Return every workload this runtime manages on its host, running or exited."""
+        ...
+
+    def info(self, *, timeout: float = DEFAULT_TIMEOUT) -> RuntimeInfo:
+        """Probe the runtime: engine and runc versions, GPU support, host capacity."""
+        ...
+
+
+@runtime_checkable
+class RemovableRuntime(Protocol):
+    """A runtime that can also delete a workload it created; every in-tree runtime is one."""
+
+    def remove(self, handle: Handle, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        """Kill the workload if it still runs and delete it with its logs; idempotent (missing is fine)."""
+        ...
+
+
+# --- GPU probe -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as inventoried: index, UUID, model, memory and MIG mode."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mb: int
+    mig_mode: Literal["disabled", "enabled", "unsupported"] = "unsupported"
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """The host's GPUs and driver versions; `available` False with `reason` on a host without NVML or GPU."""
+
+    available: bool
+    gpus: list[GpuInfo] = field(default_factory=list)
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    reason: str = ""
+    simulated: bool = False
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_memory_mb: int | None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One reading of one GPU. Fields the hardware does not report are None.
+
+    `xid_events` are the XID codes seen since the previous sample;
+    `lost` is True when the GPU no longer answers (fell off the bus).
+    """
+
+    uuid: str
+    index: int
+    timestamp: float
+    utilization_gpu: float | None = None
+    utilization_memory: float | None = None
+    memory_used_mb: int | None = None
+    memory_total_mb: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: int | None = None
+    ecc_corrected: int | None = None
+    ecc_uncorrected: int | None = None
+    xid_events: list[int] = field(default_factory=list)
+    processes: list[GpuProcess] = field(default_factory=list)
+    lost: bool = False
+
+
+@runtime_checkable
+class GpuProbe(Protocol):
+    """Reads the host's GPUs. Never raises for a host without GPUs: it reports none."""
+
+    def inventory(self) -> GpuInventory:
+        """Return the GPUs present and the driver version, or `available=False` with a reason."""
+        ...
+
+    def sample(self) -> list[GpuSample]:
+        """Return one sample per GPU (empty without GPUs); cheap enough to call every second."""
+        ...

@@ -1,0 +1,147 @@
+"""Talking to the Docker engine: the API version, call budgets, error translation, what inspect answers mean.
+
+Used by `docker_runtime`; nothing here holds state.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+import urllib3.exceptions
+
+from inventory.drivers.base import (
+    DriverError,
+    DriverTimeout,
+    Handle,
+    PermanentDriverError,
+    TransientDriverError,
+    WorkloadState,
+    WorkloadStatus,
+)
+from inventory.drivers.timestamps import parse_ns
+
+DEFAULT_DOCKER_URL = "unix:///var/run/docker.sock"
+API_VERSION = "1.41"
+"""Pinned, so no call is spent negotiating; device requests need 1.40 and every current engine speaks 1.41."""
+
+STATES: dict[str, WorkloadState] = {
+    "created": "created",
+    "running": "running",
+    "paused": "running",
+    "restarting": "running",
+    "removing": "exited",
+    "exited": "exited",
+    "dead": "exited",
+}
+_NO_GPU_DRIVER = "could not select device driver"
+_TOOLKIT_COMMANDS = (["nvidia-ctk", "--version"], ["nvidia-container-cli", "--version"])
+
+
+class Budget:
+    """What is left of one call's timeout."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+
+    def left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise DriverTimeout(f"the Docker engine did not finish within {self.timeout:g} s")
+        return left
+
+
+@contextmanager
+def engine_errors(action: str) -> Iterator[None]:
+    """Translate docker SDK, requests and socket errors into driver errors."""
+    try:
+        yield
+    except DriverError:
+        raise
+    except docker.errors.ImageNotFound as error:
+        raise PermanentDriverError(f"{action}: image not found: {error.explanation}", code="image_not_found") from error
+    except docker.errors.APIError as error:
+        status = error.status_code or 0
+        message = f"{action}: {status} {error.explanation or error}"
+        if _NO_GPU_DRIVER in str(error.explanation):
+            # A 500, but no retry helps: the engine has no NVIDIA container toolkit to hand GPUs out.
+            raise PermanentDriverError(message, code="nvidia_toolkit_missing") from error
+        if 400 <= status < 500:
+            code = {404: "not_found", 409: "conflict"}.get(status, "refused")
+            raise PermanentDriverError(message, code=code) from error
+        raise TransientDriverError(message, code="engine_error") from error
+    except (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError) as error:
+        raise DriverTimeout(f"{action}: the Docker engine did not answer in time") from error
+    except requests.exceptions.ConnectionError as error:
+        if any(isinstance(arg, urllib3.exceptions.ReadTimeoutError) for arg in error.args):
+            raise DriverTimeout(f"{action}: the Docker engine did not answer in time") from error
+        raise TransientDriverError(f"{action}: engine unreachable: {error}", code="engine_unreachable") from error
+    except (docker.errors.DockerException, requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as error:
+        raise TransientDriverError(f"{action}: {error}", code="engine_error") from error
+    except OSError as error:
+        raise TransientDriverError(f"{action}: engine unreachable: {error}", code="engine_unreachable") from error
+
+
+def container_id(handle: Handle) -> str:
+    """Return the container id a Docker handle holds; raises PermanentDriverError for any other handle."""
+    if handle.get("runtime") != "docker" or not handle.get("id"):
+        raise PermanentDriverError("not a Docker runtime handle", code="invalid_handle")
+    return str(handle["id"])
+
+
+def _time(value: str | None) -> str | None:
+    return None if not value or value.startswith("0001-") else value
+
+
+def status_from(attrs: dict[str, Any]) -> WorkloadStatus:
+    """Return the driver status that `inspect_container`'s answer `attrs` describes."""
+    state = attrs.get("State") or {}
+    kind = STATES.get(str(state.get("Status")), "exited")
+    message = str(state.get("Error") or "")
+    if state.get("OOMKilled"):
+        message = "killed: out of memory" + (f"; {message}" if message else "")
+    return WorkloadStatus(
+        state=kind,
+        exit_code=int(state["ExitCode"]) if kind == "exited" and state.get("ExitCode") is not None else None,
+        started_at=_time(state.get("StartedAt")),
+        finished_at=_time(state.get("FinishedAt")) if kind == "exited" else None,
+        message=message,
+    )
+
+
+def networks_named(api: docker.APIClient, name: str) -> list[dict[str, Any]]:
+    """Return the networks called exactly `name`, oldest first (the engine's filter matches substrings)."""
+    found = [n for n in api.networks(names=[name]) if n.get("Name") == name]
+    return sorted(found, key=lambda n: (parse_ns(n["Created"]), n["Id"]))
+
+
+def version_tuple(version: str | None) -> tuple[int, ...]:
+    """Return the numeric parts of a version string: "1.41" -> (1, 41); () for None."""
+    return tuple(int(part) for part in re.findall(r"\d+", version or "")[:3])
+
+
+def toolkit_version(timeout: float = 5.0) -> str | None:
+    """Return the NVIDIA container toolkit version installed on this host, or None when none answers."""
+    for command in _TOOLKIT_COMMANDS:
+        path = shutil.which(command[0])
+        if path is None:
+            continue
+        try:
+            result = subprocess.run(  # noqa: S603 -- a fixed command found on PATH
+                [path, *command[1:]], capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        match = re.search(r"(\d+\.\d+\.\d+)", result.stdout)
+        if result.returncode == 0 and match:
+            return match.group(1)
+    return None

@@ -1,0 +1,285 @@
+"""What a user may ask of a container, and the names and labels every runtime uses.
+
+Pure: no Django, no SDK. Two gates:
+
+- `check_container_request` runs when a workload is submitted (API, UI or
+  CLI) and refuses any key outside a small whitelist, naming the field and
+  the rule, so a user cannot widen their access (privileged mode, host
+  paths, host namespaces, devices, root).
+- `check_environment` runs again inside every runtime's `start`, before
+  anything reaches the engine, so a spec built by any other path is held to
+  the same environment rules.
+
+`SpecRefused.rule` is one of the `RULE_*` codes below; `field` is the
+submitted key (`privileged`, `env.LD_PRELOAD`, `command[2]`, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from inventory.drivers.base import PermanentDriverError
+
+LABEL_WORKLOAD = "gpucloud.workload"
+LABEL_TENANT = "gpucloud.tenant"
+LABEL_ATTEMPT = "gpucloud.attempt"
+LABEL_REPLICA = "gpucloud.replica"
+LABEL_MANAGED = "gpucloud.managed"
+LABEL_PURPOSE = "gpucloud.purpose"
+MANAGED = "1"
+RESERVED_LABEL_PREFIX = "gpucloud."
+
+RULE_FORBIDDEN_OVERRIDE = "forbidden_override"
+RULE_HOST_PATH = "host_path"
+RULE_HOST_NAMESPACE = "host_namespace"
+RULE_ROOT_USER = "root_user"
+RULE_UNKNOWN_FIELD = "unknown_field"
+RULE_INVALID_VALUE = "invalid_value"
+RULE_FORBIDDEN_ENV = "forbidden_env"
+RULE_INVALID_ENV_NAME = "invalid_env_name"
+RULE_INVALID_ENV_VALUE = "invalid_env_value"
+RULE_ENV_TOO_LARGE = "env_too_large"
+RULE_RESERVED_LABEL = "reserved_label"
+
+ALLOWED_FIELDS = frozenset({"image", "command", "env", "gpus", "cpus", "memory_mb", "replicas", "labels"})
+"""The container keys a submission may carry; everything else is the platform's to decide."""
+
+# Keys that would change isolation, compared after normalisation (lower case,
+# no `_` or `-`), so `cap_add`, `CapAdd` and `cap-add` are all caught.
+_HOST_PATH_FIELDS = frozenset({"volumes", "volumesfrom", "binds", "mounts", "devices"})
+_NAMESPACE_FIELDS = frozenset({"networkmode", "network", "pidmode", "pid", "ipcmode", "ipc", "utsmode", "usernsmode"})
+_FORBIDDEN_FIELDS = frozenset(
+    {
+        "privileged",
+        "capadd",
+        "capabilities",
+        "capdrop",
+        "devicerequests",
+        "devicecgrouprules",
+        "securityopt",
+        "runtime",
+        "sysctls",
+        "ulimits",
+        "cgroupparent",
+        "cgroupns",
+        "cgroupnsmode",
+        "groupadd",
+        "hostconfig",
+        "oomkilldisable",
+        "pidslimit",
+        "memswaplimit",
+        "shmsize",
+        "storageopt",
+        "extrahosts",
+        "networks",
+        "ports",
+        "publishallports",
+        "readonly",
+        "init",
+        "entrypoint",
+        "hostname",
+        "tmpfs",
+    }
+)
+_ROOT_USERS = frozenset({"0", "root"})
+
+# Names that choose GPUs, inject code into every process, or talk to the engine.
+_FORBIDDEN_ENV_NAMES = frozenset(
+    {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}
+)
+_FORBIDDEN_ENV_PREFIXES = ("NVIDIA_", "DOCKER_", "LD_")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+MAX_ENV_VARS = 256
+MAX_ENV_VALUE_BYTES = 32 * 1024
+MAX_ENV_TOTAL_BYTES = 256 * 1024
+MAX_COMMAND_ITEMS = 1024
+MAX_COMMAND_BYTES = 128 * 1024
+
+_DOCKER_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
+
+class SpecRefused(PermanentDriverError):
+    """A submitted container key or value is not allowed; `field` names it, `rule` says why."""
+
+    code = "spec_refused"
+
+    def __init__(self, field: str, rule: str, detail: str = "") -> None:
+        self.field = field
+        self.rule = rule
+        suffix = f": {detail}" if detail else ""
+        super().__init__(f"{field} refused ({rule}){suffix}")
+
+
+def check_environment(env: Mapping[str, str]) -> None:
+    """Return None when every variable of `env` may be set in a workload; raise SpecRefused otherwise.
+
+    Refused: names that choose GPUs or drivers (`NVIDIA_*`,
+    `CUDA_VISIBLE_DEVICES`, ...), that inject code (`LD_*`) or that talk to
+    the engine (`DOCKER_*`); names that are not shell identifiers; values
+    with NUL; more than MAX_ENV_VARS variables or oversized values. `field`
+    is `env.NAME` (or `env` for the size of the whole set).
+    """
+    if not isinstance(env, Mapping):
+        raise SpecRefused("env", RULE_INVALID_VALUE, "must be an object of strings")
+    if len(env) > MAX_ENV_VARS:
+        raise SpecRefused("env", RULE_ENV_TOO_LARGE, f"at most {MAX_ENV_VARS} variables")
+    total = 0
+    for name, value in env.items():
+        _check_env_name(name)
+        field = f"env.{name}"
+        if not isinstance(value, str):
+            raise SpecRefused(field, RULE_INVALID_ENV_VALUE, "must be a string")
+        if "\0" in value:
+            raise SpecRefused(field, RULE_INVALID_ENV_VALUE, "contains a NUL character")
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > MAX_ENV_VALUE_BYTES:
+            raise SpecRefused(field, RULE_ENV_TOO_LARGE, f"value over {MAX_ENV_VALUE_BYTES} bytes")
+        total += size + len(name) + 2
+    if total > MAX_ENV_TOTAL_BYTES:
+        raise SpecRefused("env", RULE_ENV_TOO_LARGE, f"over {MAX_ENV_TOTAL_BYTES} bytes in all")
+
+
+def _check_env_name(name: object) -> None:
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        raise SpecRefused(f"env.{name}", RULE_INVALID_ENV_NAME, "must match [A-Za-z_][A-Za-z0-9_]*")
+    upper = name.upper()
+    if upper in _FORBIDDEN_ENV_NAMES or upper.startswith(_FORBIDDEN_ENV_PREFIXES):
+        raise SpecRefused(f"env.{name}", RULE_FORBIDDEN_ENV, "set by the platform, not by workloads")
+
+
+def check_container_request(request: Mapping[str, Any], *, also_allowed: Collection[str] = ()) -> None:
+    """Return None when the container part of a submission is acceptable; raise SpecRefused otherwise.
+
+    `request` may carry only the keys in ALLOWED_FIELDS (`image`, `command`,
+    `env`, `gpus`, `cpus`, `memory_mb`, `replicas`, `labels`) plus the
+    caller's own non-container keys named in `also_allowed` (e.g. `project`,
+    `pool`), which the caller validates itself. Every attempt to choose
+    isolation is refused with the key as `field`: host paths (`volumes`,
+    `binds`, `mounts`, `devices`: rule `host_path`), namespaces
+    (`network_mode`, `pid_mode`, `ipc_mode`, ...: `host_namespace` when
+    the value is `host`, else `forbidden_override`), `privileged`,
+    `cap_add`, `security_opt`, `runtime` and the like
+    (`forbidden_override`), `user` (`root_user` for root, else
+    `forbidden_override`: the runtime picks the user), any other key
+    (`unknown_field`). Values are type-checked (`invalid_value`), `env`
+    goes through `check_environment`, labels may not use the reserved
+    `gpucloud.` prefix (`reserved_label`).
+    """
+    if not isinstance(request, Mapping):
+        raise SpecRefused("request", RULE_INVALID_VALUE, "must be an object")
+    for key, value in request.items():
+        if key in ALLOWED_FIELDS or key in also_allowed:
+            continue
+        _refuse_override(str(key), value)
+    _check_values(request)
+
+
+def _refuse_override(key: str, value: Any) -> None:
+    normal = key.replace("_", "").replace("-", "").lower()
+    if normal == "user":
+        rule = RULE_ROOT_USER if _is_root(value) else RULE_FORBIDDEN_OVERRIDE
+        raise SpecRefused(key, rule, "workloads run as the platform's unprivileged user")
+    if normal in _HOST_PATH_FIELDS:
+        raise SpecRefused(key, RULE_HOST_PATH, "host paths and devices cannot be mounted")
+    if normal in _NAMESPACE_FIELDS:
+        rule = RULE_HOST_NAMESPACE if str(value).lower() == "host" else RULE_FORBIDDEN_OVERRIDE
+        raise SpecRefused(key, rule, "namespaces are chosen by the platform")
+    if normal in _FORBIDDEN_FIELDS:
+        raise SpecRefused(key, RULE_FORBIDDEN_OVERRIDE, "isolation settings are chosen by the platform")
+    raise SpecRefused(key, RULE_UNKNOWN_FIELD, f"allowed: {', '.join(sorted(ALLOWED_FIELDS))}")
+
+
+def _is_root(value: Any) -> bool:
+    parts = str(value).strip().lower().split(":")
+    return any(part in _ROOT_USERS for part in parts) or parts == [""]
+
+
+def _check_values(request: Mapping[str, Any]) -> None:
+    image = request.get("image")
+    if "image" in request and (not isinstance(image, str) or not image.strip() or "\0" in image):
+        raise SpecRefused("image", RULE_INVALID_VALUE, "must be a non-empty image reference")
+    if "command" in request:
+        _check_command(request["command"])
+    if "env" in request:
+        check_environment(request["env"])
+    for field, minimum in (("gpus", 0), ("replicas", 1), ("memory_mb", 1)):
+        if field in request:
+            _check_int(field, request[field], minimum)
+    cpus = request.get("cpus")
+    if "cpus" in request and (isinstance(cpus, bool) or not isinstance(cpus, int | float) or not 0 < cpus <= 1024):
+        raise SpecRefused("cpus", RULE_INVALID_VALUE, "must be a number in (0, 1024]")
+    if "labels" in request:
+        _check_labels(request["labels"])
+
+
+def _check_command(command: Any) -> None:
+    if not isinstance(command, list) or len(command) > MAX_COMMAND_ITEMS:
+        raise SpecRefused("command", RULE_INVALID_VALUE, f"must be a list of at most {MAX_COMMAND_ITEMS} strings")
+    for index, part in enumerate(command):
+        if not isinstance(part, str) or "\0" in part:
+            raise SpecRefused(f"command[{index}]", RULE_INVALID_VALUE, "must be a string without NUL")
+    if sum(len(part.encode("utf-8", "surrogatepass")) for part in command) > MAX_COMMAND_BYTES:
+        raise SpecRefused("command", RULE_INVALID_VALUE, f"over {MAX_COMMAND_BYTES} bytes")
+
+
+def _check_int(field: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecRefused(field, RULE_INVALID_VALUE, f"must be an integer >= {minimum}")
+
+
+def _check_labels(labels: Any) -> None:
+    if not isinstance(labels, Mapping):
+        raise SpecRefused("labels", RULE_INVALID_VALUE, "must be an object of strings")
+    for key, value in labels.items():
+        field = f"labels.{key}"
+        if not isinstance(key, str) or not isinstance(value, str) or "\0" in key + value:
+            raise SpecRefused(field, RULE_INVALID_VALUE, "keys and values must be strings without NUL")
+        if key.startswith(RESERVED_LABEL_PREFIX):
+            raise SpecRefused(field, RULE_RESERVED_LABEL, f"the {RESERVED_LABEL_PREFIX} prefix is the platform's")
+
+
+# --- names and labels -------------------------------------------------------------
+
+
+def container_name(workload_id: str, replica: int, attempt: int) -> str:
+    """Return the deterministic name of one replica of one attempt: `gpucloud-w<id>-r<replica>-a<attempt>`.
+
+    The same inputs always give the same name, so a retried start adopts
+    what an earlier try created. Raises PermanentDriverError (`invalid_name`)
+    when `workload_id` has characters a container name cannot hold.
+    """
+    workload = str(workload_id)
+    if not _DOCKER_NAME_PART.fullmatch(workload) or replica < 0 or attempt < 0:
+        raise PermanentDriverError(f"cannot name a container after workload {workload!r}", code="invalid_name")
+    return f"gpucloud-w{workload}-r{replica}-a{attempt}"
+
+
+def tenant_network_name(tenant: str) -> str:
+    """Return the name of the bridge network the containers of `tenant` share: `gpucloud-tenant-<tenant>`."""
+    if not _DOCKER_NAME_PART.fullmatch(tenant):
+        raise PermanentDriverError(f"cannot name a network after tenant {tenant!r}", code="invalid_name")
+    return f"gpucloud-tenant-{tenant}"
+
+
+def check_workload_name(name: str) -> None:
+    """Raise PermanentDriverError (`invalid_name`) unless `name` can name a container and a directory."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}", name):
+        raise PermanentDriverError(f"invalid workload name {name!r}", code="invalid_name")
+
+
+def managed_labels(workload_id: str, tenant: str, attempt: int, replica: int) -> dict[str, str]:
+    """Return the labels that mark a workload as gpucloud's and say whose attempt and replica it is."""
+    return {
+        LABEL_MANAGED: MANAGED,
+        LABEL_WORKLOAD: str(workload_id),
+        LABEL_TENANT: tenant,
+        LABEL_ATTEMPT: str(attempt),
+        LABEL_REPLICA: str(replica),
+    }
+
+
+def identity_matches(labels: Mapping[str, str], expected: Mapping[str, str]) -> bool:
+    """Return True when `labels` carry every managed label of `expected` with the same value."""
+    return all(labels.get(key) == value for key, value in expected.items())

@@ -1,0 +1,341 @@
+"""The Docker runtime against the real engine: lifecycle, logs, stop, adoption, hardening, failures."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+import docker.errors
+import pytest
+
+from inventory.drivers import policy, run_health_check
+from inventory.drivers.base import (
+    DriverTimeout,
+    PermanentDriverError,
+    Resources,
+    RuntimeInfo,
+    TransientDriverError,
+    WorkloadSpec,
+)
+from inventory.drivers.docker_runtime import DockerRuntime, container_config
+from inventory.drivers.policy import SpecRefused
+from inventory.drivers.timestamps import parse_ns
+from tests.inventory.drivers.conftest import SpecFactory, new_spec, wait_for
+
+pytestmark = pytest.mark.docker
+
+TRAPS_TERM = "trap 'echo bye; exit 0' TERM; echo ready; while :; do sleep 0.05; done"
+IGNORES_TERM = "trap '' TERM; echo ready; while :; do sleep 0.05; done"
+
+
+def texts(runtime: DockerRuntime, handle: dict[str, Any], **kwargs: Any) -> list[str]:
+    return [line.text for line in runtime.logs(handle, **kwargs)]
+
+
+def exited(runtime: DockerRuntime, handle: dict[str, Any]) -> bool:
+    return runtime.poll(handle).state == "exited"
+
+
+def test_lifecycle_from_running_to_the_exit_code(runtime: DockerRuntime, docker_spec: SpecFactory) -> None:
+    handle = runtime.start(docker_spec(["sh", "-c", "sleep 0.5; exit 3"]))
+    running = runtime.poll(handle)
+    assert running.state == "running" and running.exit_code is None and running.started_at
+    assert wait_for(lambda: exited(runtime, handle))
+    status = runtime.poll(handle)
+    assert (status.state, status.exit_code) == ("exited", 3)
+    assert status.started_at and status.finished_at and status.finished_at > status.started_at
+
+
+def test_logs_keep_both_streams_apart_and_resume_after_any_cursor(
+    runtime: DockerRuntime, docker_spec: SpecFactory
+) -> None:
+    script = "echo o1; echo e1 >&2; printf 'a\\nb\\nc\\n'; echo e2 >&2; printf 'no newline'"
+    handle = runtime.start(docker_spec(["sh", "-c", script]))
+    assert wait_for(lambda: exited(runtime, handle))
+    lines = list(runtime.logs(handle))
+    # Docker stamps each stream as it reads it, so only the order within a stream is the program's.
+    assert [line.text for line in lines if line.stream == "stdout"] == ["o1", "a", "b", "c", "no newline"]
+    assert [line.text for line in lines if line.stream == "stderr"] == ["e1", "e2"]
+    assert [parse_ns(line.timestamp) for line in lines] == sorted(parse_ns(line.timestamp) for line in lines)
+    assert len({line.cursor for line in lines}) == len(lines)
+    for seen, line in enumerate(lines):
+        assert list(runtime.logs(handle, since=line.cursor)) == lines[seen + 1 :], f"resuming after {line.text}"
+
+
+def test_follow_streams_until_the_container_exits(runtime: DockerRuntime, docker_spec: SpecFactory) -> None:
+    handle = runtime.start(docker_spec(["sh", "-c", "for i in 1 2 3 4; do echo $i; sleep 0.2; done"]))
+    first = next(iter(runtime.logs(handle, follow=True, timeout=10)))
+    assert first.text == "1"
+    assert texts(runtime, handle, since=first.cursor, follow=True, timeout=10) == ["2", "3", "4"]
+    assert runtime.poll(handle).state == "exited"
+
+
+def test_follow_gives_up_with_a_timeout_while_the_container_runs(
+    runtime: DockerRuntime, docker_spec: SpecFactory
+) -> None:
+    handle = runtime.start(docker_spec(["sh", "-c", "echo started; sleep 30"]))
+    seen: list[str] = []
+    began = time.monotonic()
+    with pytest.raises(DriverTimeout):
+        seen.extend(line.text for line in runtime.logs(handle, follow=True, timeout=1.0))
+    assert seen == ["started"]
+    assert time.monotonic() - began < 3
+
+
+def test_stop_lets_a_workload_that_handles_sigterm_exit_cleanly(
+    runtime: DockerRuntime, docker_spec: SpecFactory
+) -> None:
+    handle = runtime.start(docker_spec(["sh", "-c", TRAPS_TERM]))
+    assert wait_for(lambda: "ready" in texts(runtime, handle))
+    began = time.monotonic()
+    status = runtime.stop(handle, grace_seconds=10)
+    assert (status.state, status.exit_code) == ("exited", 0)
+    assert time.monotonic() - began < 5, "it exited on SIGTERM, long before the grace period"
+    assert texts(runtime, handle)[-1] == "bye"
+
+
+def test_stop_kills_a_workload_that_ignores_sigterm_after_the_grace_period(
+    runtime: DockerRuntime, docker_spec: SpecFactory
+) -> None:
+    handle = runtime.start(docker_spec(["sh", "-c", IGNORES_TERM]))
+    assert wait_for(lambda: "ready" in texts(runtime, handle))
+    began = time.monotonic()
+    status = runtime.stop(handle, grace_seconds=1)
+    elapsed = time.monotonic() - began
+    assert (status.state, status.exit_code) == ("exited", 137)
+    assert 0.9 <= elapsed < 5
+
+
+def test_stop_is_idempotent_on_exited_and_missing_containers(runtime: DockerRuntime, docker_spec: SpecFactory) -> None:
+    handle = runtime.start(docker_spec(["true"]))
+    assert wait_for(lambda: exited(runtime, handle))
+    assert runtime.stop(handle, grace_seconds=1) == runtime.poll(handle)
+    runtime.remove(handle)
+    runtime.remove(handle)  # again: already gone is fine
+    assert runtime.stop(handle).state == "missing"
+    assert runtime.poll(handle).state == "missing"
+    with pytest.raises(PermanentDriverError) as gone:
+        list(runtime.logs(handle))
+    assert gone.value.code == "not_found"
+
+
+def test_a_retried_start_adopts_the_container_instead_of_creating_another(
+    runtime: DockerRuntime, docker_spec: SpecFactory, docker_client: docker.DockerClient
+) -> None:
+    spec = docker_spec(["sleep", "30"])
+    first = runtime.start(spec)
+    again = DockerRuntime().start(spec)  # as a restarted agent would
+    assert again == first
+    named = docker_client.api.containers(all=True, filters={"name": spec.name})
+    assert [c["Id"] for c in named] == [first["id"]]
+
+
+def test_an_exited_container_is_adopted_not_restarted(runtime: DockerRuntime, docker_spec: SpecFactory) -> None:
+    spec = docker_spec(["sh", "-c", "echo once"])
+    handle = runtime.start(spec)
+    assert wait_for(lambda: exited(runtime, handle))
+    assert runtime.start(spec) == handle
+    assert texts(runtime, handle) == ["once"]
+
+
+def test_concurrent_starts_of_one_spec_race_safely_to_one_container_and_one_network(
+    fresh_tenant: str, test_image: str, docker_client: docker.DockerClient
+) -> None:
+    spec = new_spec(["sleep", "30"], tenant=fresh_tenant, image=test_image)
+    handles: list[dict[str, Any]] = []
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            handles.append(DockerRuntime().start(spec))
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len({h["id"] for h in handles}) == 1
+    assert len(docker_client.api.containers(all=True, filters={"name": spec.name})) == 1
+    networks = docker_client.api.networks(names=[policy.tenant_network_name(fresh_tenant)])
+    assert [n["Name"] for n in networks] == [policy.tenant_network_name(fresh_tenant)]
+
+
+def test_a_name_held_by_another_workload_is_a_conflict(runtime: DockerRuntime, docker_spec: SpecFactory) -> None:
+    spec = docker_spec(["sleep", "30"])
+    runtime.start(spec)
+    impostor = WorkloadSpec(**{**spec.__dict__, "workload_id": "someone-else"})
+    with pytest.raises(PermanentDriverError) as conflict:
+        runtime.start(impostor)
+    assert conflict.value.code == "name_conflict"
+
+
+def test_list_managed_finds_running_and_exited_containers(runtime: DockerRuntime, docker_spec: SpecFactory) -> None:
+    running = runtime.start(docker_spec(["sleep", "30"], replica=2, attempt=4))
+    done = runtime.start(docker_spec(["true"]))
+    assert wait_for(lambda: exited(runtime, done))
+    found = {m.name: m for m in runtime.list_managed()}
+    assert found[running["name"]].state == "running"
+    assert found[done["name"]].state == "exited"
+    mine = found[running["name"]]
+    assert (mine.workload_id, mine.attempt, mine.replica, mine.handle) == (
+        running["workload_id"],
+        4,
+        2,
+        running,
+    )
+
+
+def test_the_container_is_created_hardened(
+    runtime: DockerRuntime, docker_spec: SpecFactory, docker_client: docker.DockerClient, docker_tenant: str
+) -> None:
+    spec = docker_spec(["sleep", "30"], resources=Resources(cpus=1.5, memory_mb=96, pids=77), env={"A": "1"})
+    handle = runtime.start(spec)
+    attrs = docker_client.api.inspect_container(handle["id"])
+    host, config = attrs["HostConfig"], attrs["Config"]
+    assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["Privileged"] is False
+    assert host["PidsLimit"] == 77
+    assert host["Memory"] == host["MemorySwap"] == 96 * 1024 * 1024
+    assert host["NanoCpus"] == 1_500_000_000
+    assert host["NetworkMode"] == policy.tenant_network_name(docker_tenant)
+    assert host["PidMode"] in ("", "private") and host["IpcMode"] == "private" and host["UTSMode"] == ""
+    assert not host["Binds"] and not host.get("Mounts") and not attrs["Mounts"]
+    assert not host["Devices"] and not host.get("DeviceRequests")
+    assert host["Init"] is True
+    assert config["User"] == "1000:1000"
+    assert "NVIDIA_VISIBLE_DEVICES=void" in config["Env"] and "A=1" in config["Env"]
+    assert policy.identity_matches(
+        config["Labels"], policy.managed_labels(spec.workload_id, spec.tenant, spec.attempt, spec.replica)
+    )
+    assert list(attrs["NetworkSettings"]["Networks"]) == [policy.tenant_network_name(docker_tenant)]
+    whoami = runtime.start(docker_spec(["id", "-u"]))
+    assert wait_for(lambda: exited(runtime, whoami))
+    assert texts(runtime, whoami) == ["1000"]
+
+
+def test_gpus_are_requested_by_uuid_through_a_device_request() -> None:
+    gpus = ["GPU-11111111-2222-3333-4444-555555555555", "GPU-66666666-7777-8888-9999-000000000000"]
+    spec = new_spec(["nvidia-smi"], tenant="acme", image="cuda", gpu_uuids=gpus)
+    config = container_config(spec, user="1000:1000", network="gpucloud-tenant-acme")
+    assert config["host_config"]["DeviceRequests"] == [
+        {"Driver": "nvidia", "Count": 0, "DeviceIDs": gpus, "Capabilities": [["gpu"]], "Options": {}}
+    ]
+    assert config["environment"]["NVIDIA_VISIBLE_DEVICES"] == ",".join(gpus)
+    assert config["host_config"]["Privileged"] is False and config["host_config"]["CapDrop"] == ["ALL"]
+    without = container_config(new_spec(["true"], tenant="acme"), user="1000:1000", network="gpucloud-tenant-acme")
+    assert "DeviceRequests" not in without["host_config"]
+    assert without["environment"]["NVIDIA_VISIBLE_DEVICES"] == "void"
+
+
+def test_gpus_on_an_engine_without_the_nvidia_toolkit_are_refused_and_leave_nothing(
+    runtime: DockerRuntime, docker_spec: SpecFactory, docker_client: docker.DockerClient
+) -> None:
+    info = runtime.info()
+    if info.nvidia_runtime or info.toolkit_version or shutil.which("nvidia-container-runtime-hook"):
+        pytest.skip("this engine has the NVIDIA container toolkit")
+    spec = docker_spec(["true"], gpu_uuids=["GPU-11111111-2222-3333-4444-555555555555"])
+    with pytest.raises(PermanentDriverError) as refused:
+        runtime.start(spec)
+    assert refused.value.code == "nvidia_toolkit_missing"
+    assert docker_client.api.containers(all=True, filters={"name": spec.name}) == []
+
+
+class Exploding:
+    """A client that fails the test if the runtime touches it at all."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the engine was called ({name}) before the spec was checked")
+
+
+@pytest.mark.parametrize("name", ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "LD_PRELOAD"])
+def test_a_refused_environment_stops_start_before_any_engine_call(name: str) -> None:
+    made: list[object] = []
+
+    def factory() -> Any:
+        made.append(Exploding())
+        return made[-1]
+
+    runtime = DockerRuntime(client_factory=factory)
+    with pytest.raises(SpecRefused) as refused:
+        runtime.start(new_spec(["true"], tenant="acme", env={name: "all"}))
+    assert (refused.value.field, refused.value.rule) == (f"env.{name}", "forbidden_env")
+    assert made == []
+
+
+def test_a_missing_image_is_a_permanent_error_and_is_not_pulled(
+    runtime: DockerRuntime, docker_spec: SpecFactory, docker_client: docker.DockerClient
+) -> None:
+    spec = docker_spec(["true"], image="gpucloud-test/does-not-exist:latest")
+    with pytest.raises(PermanentDriverError) as missing:
+        runtime.start(spec)
+    assert missing.value.code == "image_not_found"
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client.api.inspect_image("gpucloud-test/does-not-exist:latest")
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A TCP port that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def test_an_unreachable_engine_is_a_transient_error_within_the_timeout(silent_server: str) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    refused_url = f"tcp://127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()
+    handle = {"runtime": "docker", "id": "0123456789ab", "name": "x"}
+    for url in ("unix:///nonexistent/docker.sock", refused_url):
+        began = time.monotonic()
+        with pytest.raises(TransientDriverError) as down:
+            DockerRuntime(url).poll(handle, timeout=2)
+        assert down.value.code == "engine_unreachable"
+        assert time.monotonic() - began < 2
+    began = time.monotonic()
+    with pytest.raises(DriverTimeout):
+        DockerRuntime(silent_server).start(new_spec(["true"], tenant="acme", image="x"), timeout=0.5)
+    assert time.monotonic() - began < 2
+
+
+def test_info_reports_engine_runc_and_gpu_support(runtime: DockerRuntime) -> None:
+    info = runtime.info()
+    assert isinstance(info, RuntimeInfo)
+    assert (info.kind, info.isolated, info.simulated) == ("docker", True, False)
+    assert info.engine_version and info.runc_version
+    assert info.device_requests is True  # every engine this runtime speaks to is API 1.40+
+    assert info.nvidia_runtime is ("nvidia" in docker.from_env(version="1.41").info()["Runtimes"])
+    assert info.cpus and info.cpus > 0 and info.memory_mb and info.memory_mb > 0
+
+
+@pytest.mark.usefixtures("health_network")
+def test_the_health_check_reports_the_exit_code_and_output_and_leaves_nothing(
+    runtime: DockerRuntime, test_image: str, docker_client: docker.DockerClient
+) -> None:
+    failed = run_health_check(
+        runtime, image=test_image, command=["sh", "-c", "echo broken >&2; exit 2"], gpu_uuids=[], timeout=30
+    )
+    assert (failed.state, failed.exit_code, failed.message) == ("exited", 2, "broken")
+    passed = run_health_check(runtime, image=test_image, command=["true"], gpu_uuids=[], timeout=30)
+    assert (passed.state, passed.exit_code) == ("exited", 0)
+    leftovers = docker_client.api.containers(all=True, filters={"label": "gpucloud.purpose=health-check"})
+    assert leftovers == []
+
+
+@pytest.mark.usefixtures("health_network")
+def test_a_health_check_that_overruns_is_killed_and_says_so(runtime: DockerRuntime, test_image: str) -> None:
+    status = run_health_check(runtime, image=test_image, command=["sleep", "30"], gpu_uuids=[], timeout=1.0)
+    assert status.state == "exited" and status.exit_code != 0
+    assert "did not finish within 1 s" in status.message
