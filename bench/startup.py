@@ -24,6 +24,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from _proc import descendants, rss_mb
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -31,26 +33,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _descendants(pid: int) -> list[int]:
-    children: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == pid:
-                children += [int(entry.name), *_descendants(int(entry.name))]
-    return children
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def _wait_for_200(url: str, timeout: float) -> float:
@@ -89,11 +71,11 @@ def main() -> None:
             _wait_for_200(f"http://127.0.0.1:{port}/login/", timeout=600)
             to_first_200 = time.monotonic() - started
             time.sleep(args.idle)
-            processes = [make.pid, *_descendants(make.pid)]
-            rss = {pid: _rss_mb(pid) for pid in processes if Path(f"/proc/{pid}").exists()}
+            processes = [make.pid, *descendants(make.pid)]
+            rss = {pid: rss_mb(pid) for pid in processes if Path(f"/proc/{pid}").exists()}
             console_pid = max(rss, key=lambda pid: rss[pid])
         finally:
-            for pid in [make.pid, *_descendants(make.pid)]:
+            for pid in [make.pid, *descendants(make.pid)]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGINT)
             make.wait(timeout=30)

@@ -155,7 +155,9 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--beat", action="store_true", help="also run the periodic scheduler")
     worker.add_argument("--loglevel", default="INFO")
     agent = commands.add_parser("agent", help="run the agent of one node")
-    agent.add_argument("--node", default=os.environ.get("GPUCLOUD_NODE_NAME"), required="GPUCLOUD_NODE_NAME" not in os.environ)
+    agent.add_argument(
+        "--node", default=os.environ.get("GPUCLOUD_NODE_NAME"), required="GPUCLOUD_NODE_NAME" not in os.environ
+    )
     agent.add_argument("--probe", choices=["nvml", "simulated"], default="nvml", help="GPU probe (default: nvml)")
     agent.add_argument("--simulated-gpus", type=int, default=8, help="GPUs of the simulated probe")
     agent.add_argument("--allow-process-runtime", action="store_true", help="enable the non-isolated process runtime")

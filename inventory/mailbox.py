@@ -46,7 +46,7 @@ def drain_reports(apply: Callable[[list[dict[str, Any]]], Any], *, limit: int = 
     with app.connection_for_read() as connection:
         queue = connection.SimpleQueue(QUEUE, serializer="json")
         try:
-            messages = []
+            messages: list[Any] = []
             while len(messages) < limit:
                 try:
                     messages.append(queue.get_nowait())

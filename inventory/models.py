@@ -7,7 +7,6 @@ from django.db import models
 from django.utils import timezone
 
 from inventory.choices import GpuHealth, MigMode, NodeKind, NodeState, RuntimeKind
-
 from tenants.models import SLUG_RULE
 
 

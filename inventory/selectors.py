@@ -1,6 +1,5 @@
 """Reads of the inventory app: pools and their capacity, nodes, GPUs, events."""
 
-
 from __future__ import annotations
 
 from typing import Any
@@ -43,10 +42,14 @@ def pools_open_to_tenant(tenant_id: int) -> QuerySet[NodePool]:
 def nodes_for_operators() -> QuerySet[Node]:
     """Return every node with its pool and GPU counts (`gpu_count`, `failed_gpu_count`) annotated."""
     present = Q(gpus__present=True)
-    return Node.objects.select_related("pool").annotate(
-        gpu_count=Count("gpus", filter=present),
-        failed_gpu_count=Count("gpus", filter=present & Q(gpus__health=GpuHealth.FAILED)),
-    ).order_by("name")  # Meta.ordering does not apply to aggregating queries
+    return (
+        Node.objects.select_related("pool")
+        .annotate(
+            gpu_count=Count("gpus", filter=present),
+            failed_gpu_count=Count("gpus", filter=present & Q(gpus__health=GpuHealth.FAILED)),
+        )
+        .order_by("name")
+    )  # Meta.ordering does not apply to aggregating queries
 
 
 def gpus_for_operators() -> QuerySet[Gpu]:

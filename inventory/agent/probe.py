@@ -66,7 +66,11 @@ def probe_node(request: dict[str, Any], config: AgentConfig | None) -> dict[str,
     `health_check` (exit code, state, message), or `error` with the step that
     failed. The controller decides from it whether the node may serve.
     """
-    report: dict[str, Any] = {"node": request.get("node"), "attempt": request.get("attempt"), "agent_version": AGENT_VERSION}
+    report: dict[str, Any] = {
+        "node": request.get("node"),
+        "attempt": request.get("attempt"),
+        "agent_version": AGENT_VERSION,
+    }
     try:
         runtime, probe = _drivers(request, config)
         report["runtime"] = asdict(runtime.info())

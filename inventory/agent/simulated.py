@@ -16,5 +16,7 @@ def simulated_reports(nodes: list[tuple[str, int, str]]) -> list[dict[str, Any]]
     for name, count, model in nodes:
         probe = simulated_probe(name, gpu_count=count, model=model or "NVIDIA H100 80GB HBM3")
         samples = [asdict(sample) for sample in probe.sample()]
-        reports.append({"node": name, "agent_version": f"{AGENT_VERSION}-simulated", "sent_at": time.time(), "samples": samples})
+        reports.append(
+            {"node": name, "agent_version": f"{AGENT_VERSION}-simulated", "sent_at": time.time(), "samples": samples}
+        )
     return reports

@@ -7,103 +7,215 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0002_initial'),
+        ("inventory", "0002_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Node',
+            name="Node",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=63, unique=True, validators=[django.core.validators.RegexValidator('^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$', 'Use 1 to 63 lowercase letters, digits, dots or hyphens, starting and ending with a letter or digit.', code='invalid_node_name')])),
-                ('kind', models.CharField(choices=[('bare_metal', 'Bare metal'), ('vm', 'Virtual machine'), ('container_host', 'Container host')], default='bare_metal', max_length=20)),
-                ('runtime', models.CharField(choices=[('docker', 'Docker'), ('process', 'Local process (not isolated)'), ('simulated', 'Simulated')], default='docker', max_length=20)),
-                ('address', models.CharField(blank=True, help_text='Host name or IP other nodes reach it at.', max_length=255)),
-                ('labels', models.JSONField(blank=True, default=dict)),
-                ('cpu_cores', models.PositiveIntegerField(default=0)),
-                ('memory_mb', models.PositiveBigIntegerField(default=0)),
-                ('simulated_gpu_count', models.PositiveSmallIntegerField(default=0)),
-                ('simulated_gpu_model', models.CharField(blank=True, max_length=100)),
-                ('state', models.CharField(choices=[('registered', 'Registered'), ('provisioning', 'Provisioning'), ('ready', 'Ready'), ('cordoned', 'Cordoned'), ('draining', 'Draining'), ('maintenance', 'Maintenance'), ('retired', 'Retired'), ('failed', 'Failed'), ('unreachable', 'Unreachable')], default='registered', max_length=20)),
-                ('state_reason', models.TextField(blank=True, max_length=2000)),
-                ('state_changed_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('resume_state', models.CharField(blank=True, choices=[('registered', 'Registered'), ('provisioning', 'Provisioning'), ('ready', 'Ready'), ('cordoned', 'Cordoned'), ('draining', 'Draining'), ('maintenance', 'Maintenance'), ('retired', 'Retired'), ('failed', 'Failed'), ('unreachable', 'Unreachable')], max_length=20)),
-                ('provisioning_attempt', models.PositiveIntegerField(default=0)),
-                ('last_heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('agent_version', models.CharField(blank=True, max_length=40)),
-                ('engine_version', models.CharField(blank=True, max_length=40)),
-                ('runc_version', models.CharField(blank=True, max_length=40)),
-                ('nvidia_driver_version', models.CharField(blank=True, max_length=40)),
-                ('cuda_version', models.CharField(blank=True, max_length=40)),
-                ('toolkit_version', models.CharField(blank=True, max_length=40)),
-                ('nvidia_runtime', models.BooleanField(default=False)),
-                ('device_requests', models.BooleanField(default=False)),
-                ('probed_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('pool', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='nodes', to='inventory.nodepool')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=63,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$",
+                                "Use 1 to 63 lowercase letters, digits, dots or hyphens, starting and ending with a letter or digit.",
+                                code="invalid_node_name",
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("bare_metal", "Bare metal"),
+                            ("vm", "Virtual machine"),
+                            ("container_host", "Container host"),
+                        ],
+                        default="bare_metal",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "runtime",
+                    models.CharField(
+                        choices=[
+                            ("docker", "Docker"),
+                            ("process", "Local process (not isolated)"),
+                            ("simulated", "Simulated"),
+                        ],
+                        default="docker",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "address",
+                    models.CharField(blank=True, help_text="Host name or IP other nodes reach it at.", max_length=255),
+                ),
+                ("labels", models.JSONField(blank=True, default=dict)),
+                ("cpu_cores", models.PositiveIntegerField(default=0)),
+                ("memory_mb", models.PositiveBigIntegerField(default=0)),
+                ("simulated_gpu_count", models.PositiveSmallIntegerField(default=0)),
+                ("simulated_gpu_model", models.CharField(blank=True, max_length=100)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("registered", "Registered"),
+                            ("provisioning", "Provisioning"),
+                            ("ready", "Ready"),
+                            ("cordoned", "Cordoned"),
+                            ("draining", "Draining"),
+                            ("maintenance", "Maintenance"),
+                            ("retired", "Retired"),
+                            ("failed", "Failed"),
+                            ("unreachable", "Unreachable"),
+                        ],
+                        default="registered",
+                        max_length=20,
+                    ),
+                ),
+                ("state_reason", models.TextField(blank=True, max_length=2000)),
+                ("state_changed_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "resume_state",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("registered", "Registered"),
+                            ("provisioning", "Provisioning"),
+                            ("ready", "Ready"),
+                            ("cordoned", "Cordoned"),
+                            ("draining", "Draining"),
+                            ("maintenance", "Maintenance"),
+                            ("retired", "Retired"),
+                            ("failed", "Failed"),
+                            ("unreachable", "Unreachable"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("provisioning_attempt", models.PositiveIntegerField(default=0)),
+                ("last_heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("agent_version", models.CharField(blank=True, max_length=40)),
+                ("engine_version", models.CharField(blank=True, max_length=40)),
+                ("runc_version", models.CharField(blank=True, max_length=40)),
+                ("nvidia_driver_version", models.CharField(blank=True, max_length=40)),
+                ("cuda_version", models.CharField(blank=True, max_length=40)),
+                ("toolkit_version", models.CharField(blank=True, max_length=40)),
+                ("nvidia_runtime", models.BooleanField(default=False)),
+                ("device_requests", models.BooleanField(default=False)),
+                ("probed_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "pool",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="nodes", to="inventory.nodepool"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Gpu',
+            name="Gpu",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveSmallIntegerField()),
-                ('uuid', models.CharField(max_length=100, unique=True)),
-                ('model', models.CharField(max_length=100)),
-                ('memory_mb', models.PositiveIntegerField(default=0)),
-                ('mig_mode', models.CharField(choices=[('disabled', 'Disabled'), ('enabled', 'Enabled'), ('unsupported', 'Not supported')], default='unsupported', max_length=20)),
-                ('present', models.BooleanField(default=True)),
-                ('health', models.CharField(choices=[('ok', 'OK'), ('degraded', 'Degraded'), ('failed', 'Failed')], default='ok', max_length=20)),
-                ('health_reason', models.TextField(blank=True, max_length=2000)),
-                ('health_changed_at', models.DateTimeField(blank=True, null=True)),
-                ('utilization', models.FloatField(blank=True, null=True)),
-                ('memory_used_mb', models.PositiveIntegerField(blank=True, null=True)),
-                ('last_sample', models.JSONField(blank=True, null=True)),
-                ('last_sample_at', models.DateTimeField(blank=True, null=True)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='gpus', to='inventory.node')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("index", models.PositiveSmallIntegerField()),
+                ("uuid", models.CharField(max_length=100, unique=True)),
+                ("model", models.CharField(max_length=100)),
+                ("memory_mb", models.PositiveIntegerField(default=0)),
+                (
+                    "mig_mode",
+                    models.CharField(
+                        choices=[("disabled", "Disabled"), ("enabled", "Enabled"), ("unsupported", "Not supported")],
+                        default="unsupported",
+                        max_length=20,
+                    ),
+                ),
+                ("present", models.BooleanField(default=True)),
+                (
+                    "health",
+                    models.CharField(
+                        choices=[("ok", "OK"), ("degraded", "Degraded"), ("failed", "Failed")],
+                        default="ok",
+                        max_length=20,
+                    ),
+                ),
+                ("health_reason", models.TextField(blank=True, max_length=2000)),
+                ("health_changed_at", models.DateTimeField(blank=True, null=True)),
+                ("utilization", models.FloatField(blank=True, null=True)),
+                ("memory_used_mb", models.PositiveIntegerField(blank=True, null=True)),
+                ("last_sample", models.JSONField(blank=True, null=True)),
+                ("last_sample_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="gpus", to="inventory.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['node__name', 'index'],
+                "ordering": ["node__name", "index"],
             },
         ),
         migrations.CreateModel(
-            name='NodeEvent',
+            name="NodeEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(max_length=60)),
-                ('from_state', models.CharField(blank=True, max_length=20)),
-                ('to_state', models.CharField(blank=True, max_length=20)),
-                ('message', models.TextField(max_length=4000)),
-                ('data', models.JSONField(blank=True, default=dict)),
-                ('actor_label', models.CharField(default='system', max_length=150)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('gpu', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='events', to='inventory.gpu')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='inventory.node')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("kind", models.CharField(max_length=60)),
+                ("from_state", models.CharField(blank=True, max_length=20)),
+                ("to_state", models.CharField(blank=True, max_length=20)),
+                ("message", models.TextField(max_length=4000)),
+                ("data", models.JSONField(blank=True, default=dict)),
+                ("actor_label", models.CharField(default="system", max_length=150)),
+                ("created_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                (
+                    "gpu",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="events",
+                        to="inventory.gpu",
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="events", to="inventory.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddIndex(
-            model_name='node',
-            index=models.Index(fields=['state', 'last_heartbeat_at'], name='inventory_n_state_09611c_idx'),
+            model_name="node",
+            index=models.Index(fields=["state", "last_heartbeat_at"], name="inventory_n_state_09611c_idx"),
         ),
         migrations.AddConstraint(
-            model_name='node',
-            constraint=models.CheckConstraint(condition=models.Q(('runtime', 'simulated'), ('simulated_gpu_count', 0), _connector='OR'), name='node_simulated_gpus_only_on_simulated'),
+            model_name="node",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("runtime", "simulated"), ("simulated_gpu_count", 0), _connector="OR"),
+                name="node_simulated_gpus_only_on_simulated",
+            ),
         ),
         migrations.AddIndex(
-            model_name='gpu',
-            index=models.Index(fields=['node', 'index'], name='inventory_g_node_id_24b28a_idx'),
+            model_name="gpu",
+            index=models.Index(fields=["node", "index"], name="inventory_g_node_id_24b28a_idx"),
         ),
         migrations.AddIndex(
-            model_name='nodeevent',
-            index=models.Index(fields=['node', '-created_at'], name='inventory_n_node_id_076112_idx'),
+            model_name="nodeevent",
+            index=models.Index(fields=["node", "-created_at"], name="inventory_n_node_id_076112_idx"),
         ),
     ]

@@ -18,7 +18,12 @@ from inventory.services.nodes import (
     update_node,
 )
 from inventory.services.pools import create_node_pool, delete_node_pool, update_node_pool
-from inventory.services.provisioning import complete_provisioning, dispatch_probe, fail_stalled_provisioning, provision_node
+from inventory.services.provisioning import (
+    complete_provisioning,
+    dispatch_probe,
+    fail_stalled_provisioning,
+    provision_node,
+)
 from inventory.services.telemetry import apply_agent_reports, fail_gpu, record_heartbeats
 
 __all__ = [

@@ -163,9 +163,7 @@ def register_node(
         raise invalid("name", "unique", f"A node named {name!r} already exists.")
     node.save()
     record_node_event(node, kind="node.registered", message=f"Registered in pool {pool.name}", actor=actor)
-    record_audit_event(
-        actor=actor, action="node.register", obj=node, tenant_id=None, after=snapshot(node, NODE_FIELDS)
-    )
+    record_audit_event(actor=actor, action="node.register", obj=node, tenant_id=None, after=snapshot(node, NODE_FIELDS))
     return node
 
 

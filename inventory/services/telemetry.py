@@ -25,7 +25,6 @@ from inventory.services.nodes import record_node_event, resume_node, transition_
 from tenants.context import SYSTEM
 
 
-
 def _remember_unknown(names: set[str], now: datetime) -> None:
     """Keep the names of agents that report for unregistered nodes, for the registration page."""
     seen: dict[str, str] = cache.get(UNKNOWN_AGENTS_KEY) or {}
@@ -41,9 +40,9 @@ def _store_samples(rows: list[tuple[float | None, int | None, dict[str, Any], da
     pipelined by the driver and costs microseconds.
     """
     table = connection.ops.quote_name(Gpu._meta.db_table)
+    # The only interpolated part is the model's own table name, quoted by the backend.
     sql = (
-        f"UPDATE {table} SET utilization = %s, memory_used_mb = %s, last_sample = %s, last_sample_at = %s "
-        "WHERE id = %s"
+        f"UPDATE {table} SET utilization = %s, memory_used_mb = %s, last_sample = %s, last_sample_at = %s WHERE id = %s"  # noqa: S608
     )
     last_sample_at = Gpu._meta.get_field("last_sample_at")
     with connection.cursor() as cursor:
@@ -71,7 +70,9 @@ def _apply_samples(nodes: dict[str, Node], reports: list[dict[str, Any]], now: d
             gpu = by_uuid.get(str(sample.get("uuid")))
             if gpu is None or gpu.node_id != nodes[report["node"]].pk:
                 continue
-            rows.append((_number(sample.get("utilization_gpu")), _integer(sample.get("memory_used_mb")), sample, now, gpu.pk))
+            rows.append(
+                (_number(sample.get("utilization_gpu")), _integer(sample.get("memory_used_mb")), sample, now, gpu.pk)
+            )
             if worsens(gpu.health, assess_sample(sample)):
                 faults.append((gpu, sample))
     if rows:
@@ -89,8 +90,10 @@ def _integer(value: Any) -> int | None:
 
 def fail_gpu(gpu: Gpu, *, health: GpuHealth, reason: str) -> None:
     """Mark `gpu` degraded or failed; a failed GPU cordons its ready node. Must run inside a transaction."""
-    updated = Gpu.objects.filter(pk=gpu.pk).exclude(health=health).update(
-        health=health, health_reason=reason, health_changed_at=timezone.now()
+    updated = (
+        Gpu.objects.filter(pk=gpu.pk)
+        .exclude(health=health)
+        .update(health=health, health_reason=reason, health_changed_at=timezone.now())
     )
     if not updated:
         return
@@ -141,7 +144,6 @@ def _record_agent_versions(nodes: dict[str, Node], reports: list[dict[str, Any]]
         version = str(report.get("agent_version") or "")[:40]
         if version and version != node.agent_version:
             Node.objects.filter(pk=node.pk).update(agent_version=version)
-
 
 
 def apply_agent_reports(reports: list[dict[str, Any]]) -> int:

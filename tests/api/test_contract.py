@@ -22,9 +22,8 @@ from typing import Any
 
 import pytest
 from django.apps import apps
-from django.urls import URLPattern, URLResolver, get_resolver
-
 from django.db import transaction
+from django.urls import URLPattern, URLResolver, get_resolver
 
 from inventory.choices import NodeState
 from inventory.models import Gpu, Node, NodePool

@@ -6,7 +6,6 @@ the same worker consumes from Redis, and the `redis` test proves it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -16,25 +15,17 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.sessions.backends.db import SessionStore
 from django.contrib.sessions.models import Session
-from django.db import connections
 from django.utils import timezone
 
-from gpucloud import embedded
 from gpucloud.celery import app
 from tenants.tasks import purge_expired_sessions
+from tests.workers import running_worker, wait_until
 
 
 @pytest.fixture(scope="module")
 def worker() -> Iterator[object]:
-    # Worker threads close their database connection after each task, so
-    # none outlives the test database.
-    database = connections["default"].settings_dict
-    max_age, database["CONN_MAX_AGE"] = database["CONN_MAX_AGE"], 0
-    app.control.purge()  # messages a crashed earlier run left behind
-    controller = embedded.start_worker(app, queues=["control"], concurrency=1)
-    yield controller
-    controller.stop(in_sighandler=False)
-    database["CONN_MAX_AGE"] = max_age
+    with running_worker(["control"]) as controller:
+        yield controller
 
 
 def _expired_session() -> str:
@@ -44,22 +35,13 @@ def _expired_session() -> str:
     return str(store.session_key)
 
 
-def _wait_until(predicate, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.django_db(transaction=True)
 def test_worker_runs_a_queued_task(worker: object) -> None:
     expired = _expired_session()
     live = SessionStore()
     live.create()
     purge_expired_sessions.delay()
-    assert _wait_until(lambda: not Session.objects.filter(pk=expired).exists()), "the worker never ran the task"
+    assert wait_until(lambda: not Session.objects.filter(pk=expired).exists()), "the worker never ran the task"
     assert Session.objects.filter(pk=live.session_key).exists()
 
 

@@ -47,6 +47,7 @@ def test_the_mailbox_is_a_redis_queue() -> None:
     import redis
 
     mailbox.post_report({"node": "r1", "sent_at": time.time()})
+    assert settings.REDIS_URL
     assert redis.Redis.from_url(settings.REDIS_URL).llen(mailbox.QUEUE) == 1
 
 

@@ -55,9 +55,15 @@ def test_version_parsing() -> None:
     ("changes", "problem"),
     [
         ({}, None),
-        ({"runtime": {"toolkit_version": "1.16.1"}}, "NVIDIA container toolkit 1.16.1 is older than 1.16.2 (CVE-2024-0132)"),
+        (
+            {"runtime": {"toolkit_version": "1.16.1"}},
+            "NVIDIA container toolkit 1.16.1 is older than 1.16.2 (CVE-2024-0132)",
+        ),
         ({"runtime": {"toolkit_version": "1.16.2"}}, None),
-        ({"runtime": {"toolkit_version": None}}, "NVIDIA container toolkit not found on a GPU node; install 1.16.2 or newer"),
+        (
+            {"runtime": {"toolkit_version": None}},
+            "NVIDIA container toolkit not found on a GPU node; install 1.16.2 or newer",
+        ),
         ({"runtime": {"device_requests": False}}, "Docker Engine does not support device requests (GPUs by UUID)"),
         ({"runtime": {"engine_version": "19.03.1"}}, "Docker Engine 19.03.1 is older than 20.10"),
         ({"runtime": {"engine_version": None}}, "Docker Engine did not report its version"),

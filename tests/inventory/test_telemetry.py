@@ -35,7 +35,7 @@ def _sample(uuid: str, index: int = 0, **fields: object) -> dict[str, object]:
     ],
 )
 def test_assess_sample(fields: dict[str, object], health: GpuHealth | None, reason: str | None) -> None:
-    verdict = assess_sample(_sample("GPU-x", **fields))
+    verdict = assess_sample({**_sample("GPU-x"), **fields})
     assert (verdict.health if verdict else None, verdict.reason if verdict else None) == (health, reason)
 
 
@@ -52,6 +52,7 @@ def test_heartbeat_records_time_version_and_samples(world: World) -> None:
     node.refresh_from_db()
     assert node.last_heartbeat_at is not None and node.agent_version == "9.9"
     gpu = Gpu.objects.get(uuid="GPU-n1-1")
+    assert gpu.last_sample is not None
     assert (gpu.utilization, gpu.memory_used_mb, gpu.last_sample["index"]) == (40.0, 1000, 1)
 
 
