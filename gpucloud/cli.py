@@ -91,11 +91,15 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> None:
     _setup_django()
+    from django.conf import settings
+
     from gpucloud.celery import app
 
     argv = ["worker", "--loglevel", args.loglevel, "--queues", args.queues]
     if args.beat:
-        argv.append("--beat")
+        # Beat's schedule lives with the rest of the data, not in whatever directory the worker started from.
+        settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+        argv += ["--beat", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")]
     app.worker_main(argv)
 
 
@@ -167,6 +171,7 @@ def _parser() -> argparse.ArgumentParser:
     operator.add_argument("username")
     operator.add_argument("--email", default="")
     commands.add_parser("manage", help="run a Django management command", add_help=False)
+    commands.add_parser("simulate", help="replay a cluster trace through the scheduler in virtual time", add_help=False)
     return parser
 
 
@@ -176,6 +181,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     if argv[:1] == ["manage"]:
         cmd_manage(argparse.Namespace(), argv[1:])
         return
+    if argv[:1] == ["simulate"]:
+        # Pure: the simulator needs neither Django nor a database.
+        from jobs.scheduler.simulator.cli import main as simulate
+
+        raise SystemExit(simulate(argv[1:]))
     if argv[:1] == ["migrate"]:
         cmd_manage(argparse.Namespace(), ["migrate", *argv[1:]])
         return

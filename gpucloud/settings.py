@@ -122,6 +122,11 @@ if _database.engine.endswith("sqlite3"):
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;",
     }
+    # Tests get a file too, not Django's in-memory default: its shared cache
+    # locks whole tables and fails at once ("database table is locked")
+    # instead of waiting, so in-process workers would not behave as they do
+    # on the embedded console's file.
+    DATABASES["default"]["TEST"]["NAME"] = DATABASES["default"]["TEST"]["NAME"] or str(DATA_DIR / "test.sqlite3")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 CACHES: dict[str, dict[str, Any]]

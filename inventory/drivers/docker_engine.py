@@ -5,9 +5,13 @@ Used by `docker_runtime`; nothing here holds state.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import re
 import shutil
 import subprocess
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -122,6 +126,33 @@ def networks_named(api: docker.APIClient, name: str) -> list[dict[str, Any]]:
     """Return the networks called exactly `name`, oldest first (the engine's filter matches substrings)."""
     found = [n for n in api.networks(names=[name]) if n.get("Name") == name]
     return sorted(found, key=lambda n: (parse_ns(n["Created"]), n["Id"]))
+
+
+_host_locks_guard = threading.Lock()
+_host_locks: dict[str, threading.Lock] = {}
+
+
+@contextmanager
+def host_lock(name: str) -> Iterator[None]:
+    """Hold an exclusive lock called `name` shared by every thread and process on this host.
+
+    Engines before API 1.44 enforce unique network names only best-effort,
+    so creators that race can each make one, and a container may join the
+    loser before it is cleaned up. Serializing creation on the host (where
+    the agent and its engine live) removes the race instead of repairing it.
+    A thread lock guards the process, because `flock` locks are per process
+    only when taken through separate file descriptors of the same process.
+    """
+    with _host_locks_guard:
+        local = _host_locks.setdefault(name, threading.Lock())
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    path = f"{tempfile.gettempdir()}/gpucloud-{digest}.lock"
+    with local, open(path, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def version_tuple(version: str | None) -> tuple[int, ...]:

@@ -49,6 +49,7 @@ from inventory.drivers.docker_engine import (
     Budget,
     container_id,
     engine_errors,
+    host_lock,
     networks_named,
     status_from,
     toolkit_version,
@@ -210,11 +211,25 @@ class DockerRuntime:
         except docker.errors.APIError as error:
             if error.status_code != 409:
                 raise
-            found = self._inspect(spec.name, budget)
+            found = self._await_winner(spec.name, budget)
             if found is None:
                 raise
             return found
         return {"Id": created["Id"], "Config": {"Labels": config["labels"]}, "State": {"Status": "created"}}
+
+    def _await_winner(self, name: str, budget: Budget) -> dict[str, Any] | None:
+        """Return the attributes of the container a concurrent creator is making under `name`, or None.
+
+        The engine reserves a name before the container can be inspected, so
+        the loser of a race may briefly see neither: wait for it (at most
+        the budget, and never more than 5 s).
+        """
+        deadline = time.monotonic() + min(5.0, budget.left())
+        while True:
+            found = self._inspect(name, budget)
+            if found is not None or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.05)
 
     def _create_pulling(self, config: dict[str, Any], budget: Budget) -> dict[str, Any]:
         try:
@@ -237,7 +252,7 @@ class DockerRuntime:
         """
         if network in self._networks:
             return
-        with self._network_lock:
+        with self._network_lock, host_lock(f"docker-network-{network}"):
             api = self._api(budget)
             if not networks_named(api, network):
                 labels = {policy.LABEL_MANAGED: policy.MANAGED, policy.LABEL_TENANT: tenant}

@@ -1,0 +1,108 @@
+"""Why a workload waits, in words its owner understands, and a hint where one is cheap to find."""
+
+from __future__ import annotations
+
+from jobs.scheduler.core.capacity import PoolCapacity
+from jobs.scheduler.core.model import Reason, Workload
+from jobs.scheduler.core.state import PassState, project_key, tenant_key
+
+
+def _asks(workload: Workload) -> str:
+    if workload.gpus == 0:
+        return f"{workload.cpu_milli / 1000:g} CPUs and {workload.memory_mib} MiB of memory"
+    if workload.replicas == 1:
+        return f"{workload.gpus} GPU{'s' if workload.gpus != 1 else ''}"
+    return f"{workload.replicas} replicas of {workload.gpus} GPU{'s' if workload.gpus != 1 else ''} each"
+
+
+def _models(workload: Workload) -> str:
+    return " or ".join(sorted(workload.models)) if workload.models else "any model"
+
+
+def quota_message(state: PassState, workload: Workload) -> str | None:
+    """Return why the workload would break its tenant's or project's limit, or None when it would not."""
+    gpus = workload.total_gpus
+    tenant = tenant_key(workload)
+    limit = state.tenant_quota(tenant).limit
+    if state.tenant_usage[tenant] + gpus > limit:
+        if tenant not in state.tenant_limits:
+            return f"Tenant {workload.tenant} has no GPU quota in pool {workload.pool}."
+        return (
+            f"Tenant {workload.tenant} already uses {state.tenant_usage[tenant]} of its limit of {limit:g} GPUs "
+            f"in pool {workload.pool}; this workload asks for {_asks(workload)}."
+        )
+    project = project_key(workload)
+    limit = state.project_quota(project).limit
+    if state.project_usage[project] + gpus > limit:
+        return (
+            f"Project {workload.project} already uses {state.project_usage[project]} of its limit of {limit:g} GPUs "
+            f"in pool {workload.pool}; this workload asks for {_asks(workload)}."
+        )
+    return None
+
+
+def message(reason: Reason, workload: Workload, detail: str = "") -> str:
+    """Return the sentence shown to the workload's owner for `reason` (`detail` completes some of them)."""
+    pool, asks = workload.pool, _asks(workload)
+    sentences = {
+        Reason.QUOTA_LIMIT: detail,
+        Reason.UNKNOWN_POOL: f"Pool {pool} does not exist.",
+        Reason.POOL_CORDONED: f"Pool {pool} is cordoned by the operators: nothing new starts there until it reopens.",
+        Reason.DEDICATED_POOL: f"Pool {pool} is dedicated to another tenant.",
+        Reason.NO_CAPACITY_FOR_MODEL: (
+            f"Pool {pool} does not have enough healthy GPUs of {_models(workload)} to ever hold {asks}."
+        ),
+        Reason.GANG_CANNOT_FIT: (
+            f"Enough GPUs are free in pool {pool}, but not together on few enough nodes to hold {asks} at once."
+        ),
+        Reason.NO_CAPACITY: f"Pool {pool} has no room for {asks} right now; it starts when running work finishes.",
+        Reason.WAITING_FOR_FAIRER_WORK: (
+            f"The free GPUs of pool {pool} went to teams further below their fair share; your turn comes next."
+        ),
+        Reason.WAITING_FOR_HIGHER_PRIORITY: (
+            f"Higher-priority work of project {workload.project} took the free GPUs of pool {pool} first."
+        ),
+        Reason.BEHIND_QUEUE_HEAD: f"Waiting in first-in, first-out order behind {detail} in pool {pool}.",
+    }
+    return sentences.get(reason, reason.value)
+
+
+def capacity_reason(capacity: PoolCapacity, workload: Workload, models: tuple[str, ...]) -> Reason:
+    """Return why a workload that passed its quota does not fit in its pool's free capacity."""
+    if workload.gpus == 0:
+        return Reason.NO_CAPACITY
+    if not models or max(capacity.largest_node_by_model.get(m, 0) for m in models) < workload.gpus:
+        return Reason.NO_CAPACITY_FOR_MODEL
+    if sum(capacity.capacity_by_model.get(m, 0) for m in models) < workload.total_gpus:
+        return Reason.NO_CAPACITY_FOR_MODEL
+    if workload.total_gpus > 1 and capacity.free_gpus(models) >= workload.total_gpus:
+        return Reason.GANG_CANNOT_FIT
+    return Reason.NO_CAPACITY
+
+
+def hint(state: PassState, workload: Workload) -> str | None:
+    """Return "would start now ..." when fewer GPUs, or another pool, would fit now; None otherwise."""
+    for name, capacity in state.capacity.items():
+        if name == workload.pool or not _may_use(state, workload, name):
+            continue
+        models = capacity.accepted(workload.models)
+        takes = capacity.place_gang(models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib)
+        if takes is not None:
+            for take in reversed(takes):
+                capacity.give(take)
+            return f"would start now in pool {name}"
+    own = state.capacity.get(workload.pool)
+    if own is None or workload.replicas != 1 or workload.gpus <= 1:
+        return None
+    fewer = own.largest_free(own.accepted(workload.models))
+    if 0 < fewer < workload.gpus:
+        return f"would start now with {fewer} GPU{'s' if fewer != 1 else ''}"
+    return None
+
+
+def _may_use(state: PassState, workload: Workload, pool_name: str) -> bool:
+    pool = state.pools[pool_name]
+    if pool.dedicated_tenant not in (None, workload.tenant):
+        return False
+    key = (pool_name, workload.tenant)
+    return key in state.tenant_limits and state.tenant_usage[key] + workload.total_gpus <= state.tenant_quota(key).limit

@@ -1,0 +1,202 @@
+"""What a scheduling pass reads and what it decides: frozen dataclasses and small enums.
+
+Everything here is immutable and holds only plain values, so a snapshot can be
+logged, replayed and compared; the same snapshot always yields the same
+decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class PlacementPolicy(StrEnum):
+    """How a pool chooses among nodes that fit: pack tightly or spread out."""
+
+    BINPACK = "binpack"
+    SPREAD = "spread"
+
+
+class Ordering(StrEnum):
+    """How pending work is ordered: hierarchical fair share, or strict FIFO (a baseline for the simulator)."""
+
+    FAIRSHARE = "fairshare"
+    FIFO = "fifo"
+
+
+class WorkloadKind(StrEnum):
+    """A batch job or an interactive notebook (notebooks within their guarantee are never preempted)."""
+
+    JOB = "job"
+    NOTEBOOK = "notebook"
+
+
+class Reason(StrEnum):
+    """Why a workload keeps waiting, or why a running one is preempted."""
+
+    QUOTA_LIMIT = "QUOTA_LIMIT"
+    NO_CAPACITY_FOR_MODEL = "NO_CAPACITY_FOR_MODEL"
+    GANG_CANNOT_FIT = "GANG_CANNOT_FIT"
+    NO_CAPACITY = "NO_CAPACITY"
+    POOL_CORDONED = "POOL_CORDONED"
+    UNKNOWN_POOL = "UNKNOWN_POOL"
+    DEDICATED_POOL = "DEDICATED_POOL"
+    WAITING_FOR_FAIRER_WORK = "WAITING_FOR_FAIRER_WORK"
+    WAITING_FOR_HIGHER_PRIORITY = "WAITING_FOR_HIGHER_PRIORITY"
+    BEHIND_QUEUE_HEAD = "BEHIND_QUEUE_HEAD"
+    # Preemption reasons.
+    RECLAIM_GUARANTEE = "RECLAIM_GUARANTEE"
+    PRIORITY = "PRIORITY"
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A node pool: its placement policy, an optional tenant it is dedicated to, and whether it is cordoned."""
+
+    name: str
+    policy: PlacementPolicy = PlacementPolicy.BINPACK
+    dedicated_tenant: str | None = None
+    cordoned: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One GPU of a node. `free` is false when it is allocated; `healthy` false when it failed."""
+
+    uuid: str
+    index: int
+    model: str
+    healthy: bool = True
+    free: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node with its capacity and what is free on it now (the caller has already subtracted running work)."""
+
+    name: str
+    pool: str
+    cpu_milli: int
+    memory_mib: int
+    cpu_free_milli: int
+    memory_free_mib: int
+    gpus: tuple[Gpu, ...] = ()
+    # False for cordoned, draining or unhealthy nodes: nothing new lands on them.
+    schedulable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQuota:
+    """A tenant's quota in one pool, in GPUs: always `guaranteed`, at most `limit`, idle capacity by `weight`."""
+
+    tenant: str
+    pool: str
+    guaranteed: int
+    limit: int
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectQuota:
+    """A project's quota in one pool, carved out of its tenant's."""
+
+    project: str
+    tenant: str
+    pool: str
+    guaranteed: int
+    limit: int
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAllocation:
+    """Where one replica of a gang runs: a node and the GPUs it holds there (none for a CPU-only workload)."""
+
+    node: str
+    gpu_uuids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A batch job or notebook; a gang of `replicas` replicas, each needing `gpus` GPUs, CPU and memory.
+
+    `models` lists acceptable GPU models (empty: any). Pending workloads have no
+    `allocation`; running ones hold one `ReplicaAllocation` per replica and a
+    `started_at`.
+    """
+
+    id: str
+    tenant: str
+    project: str
+    pool: str
+    submitted_at: float
+    gpus: int = 1
+    replicas: int = 1
+    kind: WorkloadKind = WorkloadKind.JOB
+    priority: int = 0
+    models: frozenset[str] = frozenset()
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    started_at: float | None = None
+    allocation: tuple[ReplicaAllocation, ...] = ()
+
+    @property
+    def total_gpus(self) -> int:
+        """Return the GPUs the whole gang holds or asks for."""
+        return self.gpus * self.replicas
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Knobs of a pass. `min_runtime_s`: a workload younger than this is never preempted."""
+
+    ordering: Ordering = Ordering.FAIRSHARE
+    min_runtime_s: float = 600.0
+    preemption: bool = True
+    # The simulator turns explanations off: it needs decisions, not sentences, thousands of times.
+    explain: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything a pass reads. `now` comes from the caller: the core has no clock."""
+
+    now: float
+    pools: tuple[Pool, ...]
+    nodes: tuple[Node, ...]
+    tenant_quotas: tuple[TenantQuota, ...]
+    project_quotas: tuple[ProjectQuota, ...] = ()
+    running: tuple[Workload, ...] = ()
+    pending: tuple[Workload, ...] = ()
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A running workload to stop, why, and for which pending workload."""
+
+    victim: str
+    reason: Reason
+    for_workload: str
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Why a workload keeps waiting: a code, a sentence for its owner, its 1-based position in its pool, a hint."""
+
+    reason: Reason
+    message: str
+    position: int
+    hint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """What a pass decided. `fair_shares` maps (pool, tenant) to the GPUs that tenant is entitled to now."""
+
+    placements: Mapping[str, tuple[ReplicaAllocation, ...]]
+    preemptions: tuple[Preemption, ...]
+    waiting: Mapping[str, Waiting]
+    fair_shares: Mapping[tuple[str, str], float]

@@ -1,0 +1,7 @@
+"""`python -m jobs.scheduler.simulator --trace DIR --gpus N --policy fairshare|fifo [--json F] [--plot F]`."""
+
+import sys
+
+from jobs.scheduler.simulator.cli import main
+
+sys.exit(main(sys.argv[1:]))

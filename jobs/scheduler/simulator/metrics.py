@@ -1,0 +1,180 @@
+"""What a simulation measures, and the independent checks it runs after every pass.
+
+Definitions (stated so that they can be argued with, not tuned):
+- completion time (JCT): finish - submission;
+- queueing delay: JCT - the job's run time, i.e. all the time it was not
+  running (before its first start and after any preemption);
+- GPU allocation: allocated GPUs / cluster GPUs, averaged over time from the
+  first arrival to the last event;
+- fair share of a tenant at an instant: water-filling of the cluster over the
+  tenants' guarantees, limits and weights, capped by their demand (running +
+  pending GPUs); "received vs fair" compares the time integrals of allocated
+  GPUs and of that fair share;
+- Jain's index over tenants of x_i = received_i / fair_i (tenants with a
+  non-zero fair share): 1 when every tenant got the same fraction of its
+  entitlement;
+- quota violations: (pass, owner) pairs holding more GPUs than their limit,
+  plus any GPU held by two workloads at once, counted from the simulator's
+  own books after every pass, not from the core's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.scheduler.core import Snapshot, TenantQuota, Workload
+from jobs.scheduler.core.fairshare import Claim, water_fill
+from jobs.scheduler.simulator.traces import TraceJob
+
+
+def check_quotas(snapshot: Snapshot, running: Iterable[Workload], quotas: Iterable[TenantQuota]) -> int:
+    """Return how many owners exceed their limit and how many GPUs are held twice, given what now runs."""
+    gpus: Counter[str] = Counter()
+    tenant_usage: Counter[tuple[str, str]] = Counter()
+    project_usage: Counter[tuple[str, str, str]] = Counter()
+    for workload in running:
+        tenant_usage[(workload.pool, workload.tenant)] += workload.total_gpus
+        project_usage[(workload.pool, workload.tenant, workload.project)] += workload.total_gpus
+        for replica in workload.allocation:
+            gpus.update(replica.gpu_uuids)
+    limits = {(q.pool, q.tenant): q.limit for q in quotas}
+    project_limits = {(q.pool, q.tenant, q.project): q.limit for q in snapshot.project_quotas}
+    over = sum(1 for key, used in tenant_usage.items() if used > limits.get(key, 0))
+    over += sum(1 for key, used in project_usage.items() if key in project_limits and used > project_limits[key])
+    return over + sum(1 for count in gpus.values() if count > 1)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Return the nearest-rank percentile of `values` (0 when empty)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
+
+
+@dataclass
+class Series:
+    """Per-tenant allocation and queue length after each pass, for the plot."""
+
+    times: list[float] = field(default_factory=list)
+    allocated: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    queued: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+
+@dataclass
+class Result:
+    """The measured outcome of one simulation."""
+
+    summary: dict[str, Any]
+    series: Series
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the summary (what the JSON file holds)."""
+        return self.summary
+
+
+class Recorder:
+    """Accumulates metrics as the simulation runs."""
+
+    def __init__(self, capacity: int, quotas: tuple[TenantQuota, ...], jobs: Mapping[str, TraceJob]) -> None:
+        self.capacity = capacity
+        self.quotas = {q.tenant: q for q in quotas}
+        self.jobs = jobs
+        self.tenants = sorted({job.tenant for job in jobs.values()})
+        self.finished_at: dict[str, float] = {}
+        self.preemptions = 0
+        self.violations = 0
+        self.series = Series()
+        self.first_time: float | None = None
+        self.last_time = 0.0
+        self.current_allocated: dict[str, int] = {}
+        self.current_fair: dict[str, float] = {}
+        self.received: dict[str, float] = defaultdict(float)
+        self.entitled: dict[str, float] = defaultdict(float)
+        self.allocated_integral = 0.0
+
+    def arrived(self, job_id: str, now: float) -> None:
+        """Note an arrival (the clock starts at the first)."""
+        if self.first_time is None:
+            self.first_time = self.last_time = now
+
+    def started(self, job_id: str, now: float) -> None:
+        """Note a start (nothing to keep: waiting is derived from completion time and run time)."""
+
+    def preempted(self, job_id: str, now: float) -> None:
+        """Count a preemption."""
+        self.preemptions += 1
+
+    def finished(self, job_id: str, now: float) -> None:
+        """Note a completion."""
+        self.finished_at[job_id] = now
+
+    def sample(self, now: float, running: Iterable[Any], pending: Iterable[Workload]) -> None:
+        """Integrate the state since the last sample, then take the state after this pass."""
+        elapsed = now - self.last_time
+        for tenant, gpus in self.current_allocated.items():
+            self.received[tenant] += gpus * elapsed
+            self.allocated_integral += gpus * elapsed
+        for tenant, share in self.current_fair.items():
+            self.entitled[tenant] += share * elapsed
+        self.last_time = now
+        allocated: Counter[str] = Counter()
+        for item in running:
+            allocated[item.workload.tenant] += item.workload.total_gpus
+        queued: Counter[str] = Counter()
+        demand: Counter[str] = Counter(allocated)
+        for workload in pending:
+            queued[workload.tenant] += 1
+            demand[workload.tenant] += workload.total_gpus
+        self.current_allocated = dict(allocated)
+        self.current_fair = water_fill(float(self.capacity), [self._claim(t, demand[t]) for t in self.tenants])
+        self.series.times.append(now)
+        for tenant in self.tenants:
+            self.series.allocated[tenant].append(allocated[tenant])
+            self.series.queued[tenant].append(queued[tenant])
+
+    def _claim(self, tenant: str, demand: int) -> Claim:
+        quota = self.quotas.get(tenant)
+        if quota is None:
+            return Claim(tenant, 0.0, 0.0, 0.0, float(demand))
+        return Claim(tenant, float(quota.guaranteed), float(quota.limit), float(quota.weight), float(demand))
+
+    def result(self, unfinished: int) -> Result:
+        """Return the summary of everything recorded."""
+        done = [self.jobs[j] for j in self.finished_at]
+        jct = [self.finished_at[j.id] - j.submitted_at for j in done]
+        wait = [max(0.0, t - j.duration_s) for t, j in zip(jct, done, strict=True)]
+        span = self.last_time - (self.first_time or 0.0)
+        ratios = {t: self.received[t] / self.entitled[t] for t in self.tenants if self.entitled[t] > 0}
+        values = list(ratios.values())
+        jain = sum(values) ** 2 / (len(values) * sum(v * v for v in values)) if values else 1.0
+        summary = {
+            "jobs": len(self.jobs),
+            "finished": len(done),
+            "unfinished": unfinished,
+            "gpus": self.capacity,
+            "mean_jct_s": round(sum(jct) / len(jct), 1) if jct else 0.0,
+            "p50_jct_s": round(percentile(jct, 0.5), 1),
+            "p95_jct_s": round(percentile(jct, 0.95), 1),
+            "mean_wait_s": round(sum(wait) / len(wait), 1) if wait else 0.0,
+            "p95_wait_s": round(percentile(wait, 0.95), 1),
+            "gpu_allocation_mean": round(self.allocated_integral / (self.capacity * span), 4) if span else 0.0,
+            "jain_index": round(jain, 4),
+            "preemptions": self.preemptions,
+            "quota_violations": self.violations,
+            "makespan_s": round(span, 1),
+            "tenants": {
+                t: {
+                    "guaranteed": self.quotas[t].guaranteed if t in self.quotas else 0,
+                    "received_gpu_hours": round(self.received[t] / 3600, 1),
+                    "fair_share_gpu_hours": round(self.entitled[t] / 3600, 1),
+                    "received_over_fair": round(ratios[t], 4) if t in ratios else None,
+                }
+                for t in self.tenants
+            },
+        }
+        return Result(summary, self.series)
