@@ -8,7 +8,9 @@ and their meanings are listed in compose/.env.example.
 
 from __future__ import annotations
 
+import os
 import secrets
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -126,7 +128,10 @@ if _database.engine.endswith("sqlite3"):
     # locks whole tables and fails at once ("database table is locked")
     # instead of waiting, so in-process workers would not behave as they do
     # on the embedded console's file.
-    DATABASES["default"]["TEST"]["NAME"] = DATABASES["default"]["TEST"]["NAME"] or str(DATA_DIR / "test.sqlite3")
+    # One per test process, so that concurrent runs in one checkout never share it.
+    DATABASES["default"]["TEST"]["NAME"] = DATABASES["default"]["TEST"]["NAME"] or str(
+        Path(tempfile.gettempdir()) / f"gpucloud-test-{os.getpid()}.sqlite3"
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 CACHES: dict[str, dict[str, Any]]
