@@ -10,7 +10,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
 from gpucloud.errors import Conflict
-from inventory.choices import GpuHealth, NodeKind, NodeState, RuntimeKind
+from inventory.choices import GpuHealth, NodeKind, NodeState, PlacementPolicy, RuntimeKind
 from tenants.choices import MEMBERSHIP_ROLES, Role
 from tenants.context import current_request_info
 from tenants.services import login_locked_for
@@ -106,6 +106,7 @@ class PoolForm(forms.Form):
     name = forms.CharField(max_length=40)
     description = forms.CharField(max_length=2000, required=False)
     dedicated_tenant = forms.ChoiceField(required=False, label="Dedicated to tenant")
+    placement_policy = forms.ChoiceField(choices=PlacementPolicy.choices, initial=PlacementPolicy.BINPACK)
 
     def __init__(self, *args: Any, tenant_choices: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -62,6 +62,13 @@ def can_transition(current: NodeState | str, target: NodeState | str) -> bool:
     return NodeState(target) in NODE_TRANSITIONS[NodeState(current)]
 
 
+class PlacementPolicy(models.TextChoices):
+    """How the scheduler picks nodes in a pool: fill the fullest that fits (fewer fragments), or the emptiest."""
+
+    BINPACK = "binpack", "Bin-packing (fill nodes first)"
+    SPREAD = "spread", "Spread (emptiest node first)"
+
+
 class GpuHealth(models.TextChoices):
     OK = "ok", "OK"
     DEGRADED = "degraded", "Degraded"

@@ -6,7 +6,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
-from inventory.choices import GpuHealth, MigMode, NodeKind, NodeState, RuntimeKind
+from inventory.choices import GpuHealth, MigMode, NodeKind, NodeState, PlacementPolicy, RuntimeKind
 from tenants.models import SLUG_RULE
 
 
@@ -22,6 +22,7 @@ class NodePool(models.Model):
     dedicated_tenant = models.ForeignKey(
         "tenants.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="dedicated_pools"
     )
+    placement_policy = models.CharField(max_length=20, choices=PlacementPolicy.choices, default=PlacementPolicy.BINPACK)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

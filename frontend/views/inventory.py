@@ -26,7 +26,7 @@ from frontend.access import actor_of, operator_view
 from frontend.views import again, attempt, message_of
 from gpucloud.errors import Conflict
 from inventory import selectors, services
-from inventory.choices import NodeState, can_transition
+from inventory.choices import NodeState, PlacementPolicy, can_transition
 from inventory.models import Node, NodePool
 from tenants.context import Actor
 from tenants.models import Tenant
@@ -60,7 +60,11 @@ def ops_pools(request: HttpRequest) -> HttpResponse:
             messages.success(request, "Pool created.")
             return again(request)
     pools = ui_selectors.pools_with_capacity(selectors.pools_visible_to(actor_of(request)))
-    return render(request, "frontend/ops_pools.html", {"pools": pools, "form": form, "tenant_choices": tenants})
+    return render(
+        request,
+        "frontend/ops_pools.html",
+        {"pools": pools, "form": form, "tenant_choices": tenants, "placement_choices": PlacementPolicy.choices},
+    )
 
 
 @require_POST
@@ -76,7 +80,11 @@ def ops_pool_edit(request: HttpRequest, name: str) -> HttpResponse:
         slug = request.POST.get("dedicated_tenant", "")
         tenant = Tenant.objects.filter(slug=slug).first() if slug else None
         services.update_node_pool(
-            actor=actor, pool=pool, description=request.POST.get("description", ""), dedicated_tenant=tenant
+            actor=actor,
+            pool=pool,
+            description=request.POST.get("description", ""),
+            dedicated_tenant=tenant,
+            placement_policy=request.POST.get("placement_policy") or None,
         )
         messages.success(request, f"Pool {name} saved.")
     except (ValidationError, Conflict) as error:

@@ -7,7 +7,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from inventory.choices import NodeKind, RuntimeKind
+from inventory.choices import NodeKind, PlacementPolicy, RuntimeKind
 from inventory.models import Gpu, Node, NodeEvent, NodePool
 from tenants.api.fields import ScopedSlugField
 from tenants.models import Tenant
@@ -30,7 +30,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = NodePool
-        fields = ["name", "description", "dedicated_tenant", "capacity", "created_at", "updated_at"]
+        fields = ["name", "description", "dedicated_tenant", "placement_policy", "capacity", "created_at", "updated_at"]
         read_only_fields = fields
 
     capacity = serializers.SerializerMethodField()
@@ -45,10 +45,12 @@ class NodePoolCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=40)
     description = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
     dedicated_tenant = ScopedSlugField(selector=_tenants, required=False, allow_null=True, default=None)
+    placement_policy = serializers.ChoiceField(choices=PlacementPolicy.choices, default=PlacementPolicy.BINPACK)
 
 
 class NodePoolUpdateSerializer(serializers.Serializer):
     description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+    placement_policy = serializers.ChoiceField(choices=PlacementPolicy.choices, required=False)
     dedicated_tenant = ScopedSlugField(selector=_tenants, required=False, allow_null=True)
 
 

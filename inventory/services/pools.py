@@ -6,6 +6,7 @@ from django.db import transaction
 from django.db.models import ProtectedError
 
 from gpucloud.errors import Conflict, invalid
+from inventory.choices import PlacementPolicy
 from inventory.models import NodePool
 from tenants.context import Actor
 from tenants.models import Tenant, TenantQuota
@@ -13,7 +14,7 @@ from tenants.services import record_audit_event, snapshot
 from tenants.services.access import require_operator
 from tenants.services.validation import clean_fields
 
-POOL_FIELDS = ["name", "description", "dedicated_tenant"]
+POOL_FIELDS = ["name", "description", "dedicated_tenant", "placement_policy"]
 
 
 def _check_dedication(pool: NodePool, tenant: Tenant | None) -> None:
@@ -30,11 +31,18 @@ def _check_dedication(pool: NodePool, tenant: Tenant | None) -> None:
 
 @transaction.atomic
 def create_node_pool(
-    *, actor: Actor, name: str, description: str = "", dedicated_tenant: Tenant | None = None
+    *,
+    actor: Actor,
+    name: str,
+    description: str = "",
+    dedicated_tenant: Tenant | None = None,
+    placement_policy: str = PlacementPolicy.BINPACK,
 ) -> NodePool:
-    """Create a node pool; operators only. Raises ValidationError on a taken or malformed name."""
+    """Create a node pool; operators only. Raises ValidationError on a taken or malformed name or an unknown policy."""
     require_operator(actor)
-    pool = NodePool(name=name, description=description, dedicated_tenant=dedicated_tenant)
+    pool = NodePool(
+        name=name, description=description, dedicated_tenant=dedicated_tenant, placement_policy=placement_policy
+    )
     clean_fields(pool)
     if NodePool.objects.filter(name=name).exists():
         raise invalid("name", "unique", f"A pool named {name!r} already exists.")
@@ -51,9 +59,14 @@ _UNSET = object()
 
 @transaction.atomic
 def update_node_pool(
-    *, actor: Actor, pool: NodePool, description: str | None = None, dedicated_tenant: Tenant | None | object = _UNSET
+    *,
+    actor: Actor,
+    pool: NodePool,
+    description: str | None = None,
+    dedicated_tenant: Tenant | None | object = _UNSET,
+    placement_policy: str | None = None,
 ) -> NodePool:
-    """Change a pool's description or dedicated tenant (None makes it shared); operators only.
+    """Change a pool's description, dedicated tenant (None makes it shared) or placement policy; operators only.
 
     Raises ValidationError when dedicating a pool in which other tenants hold quota.
     """
@@ -62,6 +75,8 @@ def update_node_pool(
     before = snapshot(pool, POOL_FIELDS)
     if description is not None:
         pool.description = description
+    if placement_policy is not None:
+        pool.placement_policy = placement_policy
     if dedicated_tenant is not _UNSET:
         assert dedicated_tenant is None or isinstance(dedicated_tenant, Tenant)
         _check_dedication(pool, dedicated_tenant)

@@ -374,3 +374,13 @@ def test_inventory_pages_use_a_bounded_number_of_queries(world: World, django_as
         assert "160</strong> free / 160" in client.get("/ops/pools/").content.decode()
     with django_assert_max_num_queries(9):
         assert "<td>160</td><td>160</td>" in client.get("/t/tenant-a/").content.decode()
+
+
+def test_operators_create_and_change_a_pools_placement_policy(world: World) -> None:
+    client = logged_in("operator")
+    client.post("/ops/pools/", {"name": "train", "placement_policy": "spread"})
+    assert NodePool.objects.get(name="train").placement_policy == "spread"
+    client.post("/ops/pools/train/", {"description": "", "placement_policy": "binpack"})
+    assert NodePool.objects.get(name="train").placement_policy == "binpack"
+    row = client.get("/ops/pools/").content.decode().split('data-pool="train"')[1].split("</tr>")[0]
+    assert "Bin-packing (fill nodes first)" in row

@@ -58,3 +58,15 @@ def test_empty_tenant_can_be_deleted_and_a_busy_one_cannot(world: World) -> None
     assert operator.delete("/api/v1/tenants/empty/").status_code == 204
     busy = operator.delete("/api/v1/tenants/tenant-a/")
     assert busy.status_code == 409 and busy.json()["error"]["code"] == "tenant_not_empty"
+
+
+def test_placement_policy_defaults_to_binpacking_and_only_known_policies_are_accepted(world: World) -> None:
+    operator = client_for(world.operator)
+    created = operator.post(POOLS, {"name": "batch"}, format="json")
+    assert created.json()["placement_policy"] == "binpack"
+    spread = operator.patch(f"{POOLS}batch/", {"placement_policy": "spread"}, format="json")
+    assert spread.status_code == 200 and NodePool.objects.get(name="batch").placement_policy == "spread"
+    refused = operator.patch(f"{POOLS}batch/", {"placement_policy": "random"}, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["fields"]["placement_policy"][0]["code"] == "invalid_choice"
+    assert NodePool.objects.get(name="batch").placement_policy == "spread"
