@@ -151,6 +151,14 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
 
+# --- Scheduler -----------------------------------------------------------------
+# Seconds between periodic scheduling passes (passes also follow submissions and completions).
+SCHEDULER_PASS_SECONDS = env_int("SCHEDULER_PASS_SECONDS", 1, minimum=1, maximum=3600)
+# Seconds a workload runs before reclaim or priority may preempt it.
+SCHEDULER_MIN_RUNTIME_SECONDS = env_int("SCHEDULER_MIN_RUNTIME_SECONDS", 600, minimum=0, maximum=86400)
+# Whether passes may preempt borrowers and lower-priority work at all.
+SCHEDULER_PREEMPTION = env_bool("SCHEDULER_PREEMPTION", True)
+
 # --- Nodes and agents ----------------------------------------------------------
 # Seconds between an agent's heartbeats (each carries its latest GPU samples).
 NODE_HEARTBEAT_SECONDS = env_int("NODE_HEARTBEAT_SECONDS", 5, minimum=1, maximum=300)
@@ -175,6 +183,7 @@ GPUCLOUD_AGENT_PULL_IMAGES = env_bool("GPUCLOUD_AGENT_PULL_IMAGES", True)
 CELERY_BEAT_SCHEDULE = {
     "purge-expired-sessions": {"task": "tenants.purge_expired_sessions", "schedule": 3600.0},
     "check-nodes": {"task": "inventory.check_nodes", "schedule": 10.0},
+    "schedule-pass": {"task": "jobs.schedule_pass", "schedule": float(SCHEDULER_PASS_SECONDS)},
     "apply-heartbeats": {"task": "inventory.apply_heartbeats", "schedule": 1.0},
     "heartbeat-simulated-nodes": {
         "task": "inventory.heartbeat_simulated_nodes",

@@ -114,9 +114,19 @@ class PassState:
         """Return whether placing the workload keeps its tenant and project within their guarantees."""
         gpus = workload.total_gpus
         tenant, project = tenant_key(workload), project_key(workload)
-        return (
-            self.tenant_usage[tenant] + gpus <= self.tenant_quota(tenant).guaranteed
-            and self.project_usage[project] + gpus <= self.project_quota(project).guaranteed
+        if self.project_usage[project] + gpus > self.project_quota(project).guaranteed:
+            return False
+        guaranteed = self.tenant_quota(tenant).guaranteed
+        # What sibling projects hold above their own guarantees is borrowed inside the tenant and can be
+        # reclaimed for this one, so it does not count against the tenant's guarantee here.
+        return self.tenant_usage[tenant] + gpus <= guaranteed or self._guaranteed_usage(tenant) + gpus <= guaranteed
+
+    def _guaranteed_usage(self, tenant: TenantKey) -> int:
+        """Return the GPUs the tenant's projects hold within their own guarantees in the pool."""
+        return sum(
+            min(usage, int(self.project_quota(key).guaranteed))
+            for key, usage in self.project_usage.items()
+            if key[:2] == tenant
         )
 
     def charge(self, workload: Workload, sign: int) -> None:

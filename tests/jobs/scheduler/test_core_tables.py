@@ -329,3 +329,41 @@ def test_same_snapshot_same_decisions() -> None:
         [job(f"j{i}", "ab"[i % 2], gpus=1 + i % 4, at=i % 3) for i in range(30)],
     )
     assert schedule(layout) == schedule(layout)
+
+
+def test_a_project_within_its_guarantee_reclaims_from_a_sibling_when_the_tenant_is_at_its_limit() -> None:
+    from jobs.scheduler.core import (
+        Gpu,
+        Node,
+        Pool,
+        ProjectQuota,
+        ReplicaAllocation,
+        SchedulerConfig,
+        Snapshot,
+        TenantQuota,
+        Workload,
+        schedule,
+    )
+
+    gpus = tuple(Gpu(f"g{i}", i, "H100", True, False) for i in range(4))
+    running = (
+        Workload(
+            "old", "t", "p1", "pool", 1.0, gpus=2, started_at=1.0, allocation=(ReplicaAllocation("n", ("g0", "g1")),)
+        ),
+        Workload(
+            "new", "t", "p1", "pool", 2.0, gpus=2, started_at=2.0, allocation=(ReplicaAllocation("n", ("g2", "g3")),)
+        ),
+    )
+    snapshot = Snapshot(
+        now=1000.0,
+        pools=(Pool("pool"),),
+        nodes=(Node("n", "pool", 64000, 512000, 60000, 500000, gpus),),
+        tenant_quotas=(TenantQuota("t", "pool", 4, 4),),
+        project_quotas=(ProjectQuota("p1", "t", "pool", 2, 4), ProjectQuota("p2", "t", "pool", 2, 4)),
+        running=running,
+        pending=(Workload("claim", "t", "p2", "pool", 500.0, gpus=2),),
+        config=SchedulerConfig(min_runtime_s=0),
+    )
+    decisions = schedule(snapshot)
+    assert [(p.victim, p.reason.value) for p in decisions.preemptions] == [("new", "RECLAIM_GUARANTEE")]
+    assert decisions.placements["claim"] == (ReplicaAllocation("n", ("g2", "g3")),)

@@ -1,0 +1,61 @@
+"""Workload kinds, states with their transition table, priority classes and reason codes."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class WorkloadKind(models.TextChoices):
+    """A batch job runs to completion; a notebook is an interactive Jupyter session."""
+
+    JOB = "job", "Batch job"
+    NOTEBOOK = "notebook", "Notebook"
+
+
+class WorkloadState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SCHEDULED = "scheduled", "Scheduled"
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    PREEMPTED = "preempted", "Preempted"
+    LOST = "lost", "Lost"
+
+
+S = WorkloadState
+
+# States in which a workload holds its allocations.
+ACTIVE_STATES: frozenset[WorkloadState] = frozenset({S.SCHEDULED, S.STARTING, S.RUNNING})
+TERMINAL_STATES: frozenset[WorkloadState] = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST})
+
+# The lifecycle. A preempted batch job goes back to pending (a new attempt); a
+# preempted notebook stays preempted until its owner cancels or restarts it.
+WORKLOAD_TRANSITIONS: dict[WorkloadState, frozenset[WorkloadState]] = {
+    S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED}),
+    S.SCHEDULED: frozenset({S.STARTING, S.PENDING, S.PREEMPTED, S.CANCELLED, S.FAILED, S.LOST}),
+    S.STARTING: frozenset({S.RUNNING, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST}),
+    S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+    S.LOST: frozenset(),
+}
+
+
+def can_transition(current: WorkloadState | str, target: WorkloadState | str) -> bool:
+    """Return whether the lifecycle allows `current` -> `target`."""
+    return WorkloadState(target) in WORKLOAD_TRANSITIONS[WorkloadState(current)]
+
+
+class PriorityClass(models.TextChoices):
+    """Priority inside a project: high preempts low; across projects fair share decides first."""
+
+    LOW = "low", "Low"
+    NORMAL = "normal", "Normal"
+    HIGH = "high", "High"
+
+
+PRIORITY_VALUES: dict[str, int] = {PriorityClass.LOW: 0, PriorityClass.NORMAL: 50, PriorityClass.HIGH: 100}
