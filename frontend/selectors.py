@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
+from django.db.models import Case, Count, IntegerField, Prefetch, Q, QuerySet, Value, When
 from django.utils.dateparse import parse_datetime
 
 from inventory.choices import GpuHealth, NodeState
 from inventory.models import Gpu, Node, NodeEvent, NodePool
 from inventory.selectors import gpus_for_operators, node_events, nodes_for_operators, pool_capacity, unknown_agents
+from jobs.choices import ACTIVE_STATES, WorkloadState
+from jobs.models import Allocation, Workload
 from tenants.context import Actor
-from tenants.models import ApiToken, Tenant
+from tenants.models import ApiToken, ProjectQuota, Tenant, TenantQuota
 from tenants.selectors import memberships_of_user, tenant_summaries
 
 # How many of a node's events its page shows, newest first.
@@ -118,4 +121,80 @@ def unregistered_agents() -> list[tuple[str, datetime | None]]:
         (name, parse_datetime(seen) if isinstance(seen, str) else None)
         for name, seen in sorted(heard.items())
         if name not in registered
+    ]
+
+
+@dataclass(frozen=True)
+class ProjectUse:
+    """A project's GPUs in use in one pool against its quota: within the guarantee, borrowed above it."""
+
+    project: str
+    pool: str
+    guaranteed: int
+    limit: int
+    in_use: int
+
+    @property
+    def borrowed(self) -> int:
+        return max(0, self.in_use - self.guaranteed)
+
+
+def queue_in_scope() -> tuple[list[Workload], list[Workload]]:
+    """Return the tenant's (waiting, active) workloads: waiting by pool and queue position, active with GPUs.
+
+    Three queries: waiting, active, and their allocations with node and GPU.
+    """
+    base = Workload.objects.select_related("project", "pool", "owner")
+    waiting = list(base.filter(state=WorkloadState.PENDING).order_by("pool__name", "queue_position", "submitted_at"))
+    active: list[Workload] = list(
+        base.filter(state__in=ACTIVE_STATES)
+        .order_by("-scheduled_at", "-id")
+        .prefetch_related(
+            Prefetch(
+                "allocations",
+                queryset=Allocation.objects.filter(released_at__isnull=True).select_related("node", "gpu"),
+                to_attr="active_allocations",
+            )
+        )
+    )
+    return waiting, active
+
+
+def project_use_in_scope() -> list[ProjectUse]:
+    """Return every project quota of the tenant in scope with the GPUs its project's active work holds there."""
+    held: dict[tuple[int, int], int] = defaultdict(int)
+    rows = Allocation.objects.filter(released_at__isnull=True, gpu__isnull=False).values(
+        "workload__project_id", "workload__pool_id"
+    )
+    for row in rows.annotate(gpus=Count("id")):
+        held[(row["workload__project_id"], row["workload__pool_id"])] += row["gpus"]
+    quotas = ProjectQuota.objects.select_related("project", "pool").order_by("project__slug", "pool__name")
+    return [
+        ProjectUse(q.project.slug, q.pool.name, q.guaranteed, q.limit, held[(q.project_id, q.pool_id)]) for q in quotas
+    ]
+
+
+@dataclass(frozen=True)
+class TenantAllocation:
+    """A tenant's GPUs in use in one pool against its quota (operators' view)."""
+
+    tenant: str
+    pool: str
+    guaranteed: int
+    limit: int
+    in_use: int
+
+
+def allocation_by_pool_and_tenant() -> list[TenantAllocation]:
+    """Return every tenant quota with the GPUs the tenant's active work holds in that pool; two queries."""
+    held: dict[tuple[int, int], int] = defaultdict(int)
+    rows = Allocation.all_tenants.filter(released_at__isnull=True, gpu__isnull=False).values(
+        "tenant_id", "workload__pool_id"
+    )
+    for row in rows.annotate(gpus=Count("id")):
+        held[(row["tenant_id"], row["workload__pool_id"])] += row["gpus"]
+    quotas = TenantQuota.all_tenants.select_related("tenant", "pool").order_by("pool__name", "tenant__slug")
+    return [
+        TenantAllocation(q.tenant.slug, q.pool.name, q.guaranteed, q.limit, held[(q.tenant_id, q.pool_id)])
+        for q in quotas
     ]

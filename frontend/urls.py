@@ -6,7 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from frontend import views
-from frontend.views import inventory
+from frontend.views import inventory, jobs
 
 app_name = "frontend"
 urlpatterns = [
@@ -24,10 +24,12 @@ urlpatterns = [
     path("t/<str:tenant>/tokens/", views.tokens, name="tokens"),
     path("t/<str:tenant>/tokens/<int:pk>/revoke/", views.token_revoke, name="token_revoke"),
     path("t/<str:tenant>/audit/", views.audit, name="audit"),
+    path("t/<str:tenant>/queue/", jobs.queue, name="queue"),
     path("ops/tenants/", views.ops_tenants, name="ops_tenants"),
     path("ops/pools/", inventory.ops_pools, name="ops_pools"),
     path("ops/pools/<str:name>/", inventory.ops_pool_edit, name="ops_pool_edit"),
     path("ops/nodes/", inventory.ops_nodes, name="ops_nodes"),
     path("ops/nodes/<str:name>/", inventory.ops_node, name="ops_node"),
     path("ops/gpus/", inventory.ops_gpus, name="ops_gpus"),
+    path("ops/allocation/", jobs.ops_allocation, name="ops_allocation"),
 ]

@@ -9,7 +9,7 @@ from django.test import Client
 from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota
 from tests.conftest import PASSWORD, World
 
-TENANT_PAGES = ["", "projects/", "members/", "quotas/", "tokens/", "audit/", "projects/alpha/"]
+TENANT_PAGES = ["", "projects/", "members/", "quotas/", "tokens/", "audit/", "projects/alpha/", "queue/"]
 
 
 def logged_in(username: str) -> Client:

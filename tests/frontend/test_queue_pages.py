@@ -1,0 +1,73 @@
+"""The queue page (why work waits, where it runs, GPU use by project) and the operators' allocation page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.models import Workload
+from jobs.scheduler import shell
+from tenants.context import Actor
+from tenants.models import Project, ProjectQuota
+from tests.conftest import World
+from tests.frontend.test_pages import logged_in
+from tests.inventory.factories import make_node
+
+
+def _workload(world: World, name: str, gpus: int, project: Project | None = None) -> Workload:
+    project = project or world.project_a
+    return Workload.all_tenants.create(
+        tenant=project.tenant,
+        project=project,
+        owner=world.member_a if project.tenant_id == world.tenant_a.pk else world.admin_b,
+        name=name,
+        image="registry.example.com/train:1",
+        gpus_per_replica=gpus,
+        pool=world.pool,
+    )
+
+
+def _cluster(world: World) -> tuple[Workload, Workload]:
+    ProjectQuota.all_tenants.create(
+        tenant=world.tenant_a, project=world.project_a, pool=world.pool, guaranteed=2, limit=2
+    )
+    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=4, cpu_cores=32, memory_mb=256_000)
+    running, waiting = _workload(world, "big", 2), _workload(world, "later", 1)
+    assert shell.run_pass() is not None
+    return running, waiting
+
+
+def test_the_queue_shows_why_work_waits_and_where_it_runs(world: World) -> None:
+    running, waiting = _cluster(world)
+    for username in ("viewer_a", "member_a", "admin_a"):
+        page = logged_in(username).get("/t/tenant-a/queue/").content.decode()
+        row = page.split(f'data-workload="{waiting.pk}"')[1].split("</tr>")[0]
+        assert "QUOTA_LIMIT" in row and "Project alpha already uses 2 of its limit of 2 GPUs" in row
+        assert "<td>1</td>" in row, "its queue position"
+        placed = page.split(f'data-workload="{running.pk}"')[1].split("</tr>")[0]
+        assert "n1/gpu" in placed and "Scheduled" in placed
+        use = " ".join(page.split('data-project="alpha"')[1].split("</tr>")[0].split())
+        assert "<td>2</td><td>2</td><td>0</td><td>2</td>" in use, "in use, guaranteed, borrowed, limit"
+
+
+def test_another_tenants_queue_is_not_found(world: World) -> None:
+    _cluster(world)
+    assert logged_in("admin_b").get("/t/tenant-a/queue/").status_code == 404
+    assert "later" not in logged_in("admin_b").get("/t/tenant-b/queue/").content.decode()
+
+
+def test_operators_see_allocation_per_pool_and_tenant(world: World) -> None:
+    _cluster(world)
+    page = logged_in("operator").get("/ops/allocation/").content.decode()
+    row = " ".join(page.split('data-tenant="tenant-a"')[1].split("</tr>")[0].split())
+    assert "<td>2</td><td>8</td><td>16</td>" in row, "in use, guaranteed, limit"
+    assert logged_in("admin_a").get("/ops/allocation/").status_code in (403, 404)
+
+
+def test_the_queue_page_uses_a_bounded_number_of_queries(world: World, django_assert_max_num_queries: Any) -> None:
+    _cluster(world)
+    for i in range(20):
+        _workload(world, f"extra{i}", 1)
+    shell.run_pass()
+    client = logged_in("member_a")
+    with django_assert_max_num_queries(10):
+        assert client.get("/t/tenant-a/queue/").content.decode().count("data-workload=") == 22
