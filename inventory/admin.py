@@ -15,7 +15,7 @@ from tenants.admin import OperatorAdmin, actor_of
 
 @admin.register(NodePool)
 class NodePoolAdmin(OperatorAdmin):
-    list_display = ["name", "dedicated_tenant", "description", "created_at"]
+    list_display = ["name", "dedicated_tenant", "placement_policy", "description", "created_at"]
     search_fields = ["name"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
@@ -25,11 +25,19 @@ class NodePoolAdmin(OperatorAdmin):
         actor = actor_of(request)
         if change:
             updated = services.update_node_pool(
-                actor=actor, pool=obj, description=obj.description, dedicated_tenant=obj.dedicated_tenant
+                actor=actor,
+                pool=obj,
+                description=obj.description,
+                dedicated_tenant=obj.dedicated_tenant,
+                placement_policy=obj.placement_policy,
             )
         else:
             updated = services.create_node_pool(
-                actor=actor, name=obj.name, description=obj.description, dedicated_tenant=obj.dedicated_tenant
+                actor=actor,
+                name=obj.name,
+                description=obj.description,
+                dedicated_tenant=obj.dedicated_tenant,
+                placement_policy=obj.placement_policy,
             )
         obj.pk = updated.pk
 
