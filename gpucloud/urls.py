@@ -8,12 +8,14 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from gpucloud import views
 from inventory.api import urls as inventory_api
+from jobs.api import urls as jobs_api
 from tenants.api import urls as tenants_api
 
 api_v1: list[URLPattern | URLResolver] = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     path("tenants/<str:tenant>/", include(tenants_api.tenant.urls)),
+    path("tenants/<str:tenant>/", include(jobs_api.tenant.urls)),
     path("", include(tenants_api.platform.urls)),
     path("", include(inventory_api.platform.urls)),
 ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from jobs.scheduler.core import Reason
+
 
 class WorkloadKind(models.TextChoices):
     """A batch job runs to completion; a notebook is an interactive Jupyter session."""
@@ -59,3 +61,27 @@ class PriorityClass(models.TextChoices):
 
 
 PRIORITY_VALUES: dict[str, int] = {PriorityClass.LOW: 0, PriorityClass.NORMAL: 50, PriorityClass.HIGH: 100}
+
+
+class ReasonCode(models.TextChoices):
+    """Why a workload waits, ended or was stopped.
+
+    The scheduler's codes are the pure core's `Reason` values (the core is
+    pure, so importing it here costs nothing); the rest are written by the
+    services. A test keeps the two lists in step.
+    """
+
+    QUOTA_LIMIT = Reason.QUOTA_LIMIT.value, "Quota limit reached"
+    NO_CAPACITY_FOR_MODEL = Reason.NO_CAPACITY_FOR_MODEL.value, "No capacity of the requested GPU model"
+    GANG_CANNOT_FIT = Reason.GANG_CANNOT_FIT.value, "The gang cannot fit"
+    NO_CAPACITY = Reason.NO_CAPACITY.value, "No free capacity"
+    POOL_CORDONED = Reason.POOL_CORDONED.value, "Pool cordoned"
+    UNKNOWN_POOL = Reason.UNKNOWN_POOL.value, "Unknown pool"
+    DEDICATED_POOL = Reason.DEDICATED_POOL.value, "Pool dedicated to another tenant"
+    WAITING_FOR_FAIRER_WORK = Reason.WAITING_FOR_FAIRER_WORK.value, "Waiting behind fairer work"
+    WAITING_FOR_HIGHER_PRIORITY = Reason.WAITING_FOR_HIGHER_PRIORITY.value, "Waiting behind higher-priority work"
+    BEHIND_QUEUE_HEAD = Reason.BEHIND_QUEUE_HEAD.value, "Behind the head of the queue"
+    RECLAIM_GUARANTEE = Reason.RECLAIM_GUARANTEE.value, "Reclaimed for a guarantee"
+    PRIORITY = Reason.PRIORITY.value, "Preempted by higher priority"
+    CANCELLED_BY_USER = "CANCELLED_BY_USER", "Cancelled by a user"
+    PREEMPTED = "PREEMPTED", "Preempted"

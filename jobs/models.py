@@ -40,7 +40,7 @@ class Workload(TenantOwnedModel):
     requeue_limit = models.PositiveSmallIntegerField(default=3)
     attempt = models.PositiveIntegerField(default=1)
 
-    state = models.CharField(max_length=16, choices=WorkloadState.choices, default=WorkloadState.PENDING)
+    state = models.CharField(max_length=16, choices=WorkloadState.choices, default=WorkloadState.PENDING, db_index=True)
     reason_code = models.CharField(max_length=40, blank=True)
     reason_message = models.TextField(blank=True)
     reason_hint = models.TextField(blank=True)

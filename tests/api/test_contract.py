@@ -135,6 +135,26 @@ def _extra_pool(world: World) -> dict[str, Any]:
     return {"pk": world.quota_a.pk}
 
 
+def _workload_world(world: World) -> dict[str, Any]:
+    """Alpha has quota and a GPU node in `shared`; member_a works in alpha and has one pending workload."""
+    from jobs.services import submit_workload
+    from tests.jobs.factories import add_node, assign, request
+
+    # get_or_create: test_detail_routes_exist... runs every setup on one world.
+    ProjectQuota.all_tenants.get_or_create(
+        tenant=world.tenant_a, project=world.project_a, pool=world.pool, defaults={"limit": 4}
+    )
+    if not Node.objects.filter(name="wl-node").exists():
+        add_node(world, "wl-node", gpus=2)
+    assign(world.member_a, world.project_a)
+    workload = submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
+    return {"pk": workload.pk}
+
+
+def _workload_body(world: World, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"project": "alpha", "pool": "shared", "name": "fresh", "image": "busybox:1"}
+
+
 CONTRACTS = [
     Contract(
         basename="project",
@@ -270,6 +290,26 @@ CONTRACTS = [
         write=Role.VIEWER,
         tenant_scoped=False,
         create=lambda w, x: {"name": "mine", "tenant": "tenant-a", "role": "viewer"},
+    ),
+    Contract(
+        basename="workload",
+        list_url=_t("workloads/"),
+        detail_url=_t("workloads/{pk}/"),
+        read=Role.VIEWER,
+        write=Role.MEMBER,
+        setup=_workload_world,
+        create=_workload_body,
+        actions={"cancel": lambda w, x: {}},
+    ),
+    Contract(
+        basename="workload-bulk",
+        list_url=_t("workloads/bulk/"),
+        detail_url=None,
+        read=Role.VIEWER,
+        write=Role.MEMBER,
+        setup=_workload_world,
+        create=lambda w, x: {"project": "alpha", "items": [_workload_body(w, x)]},
+        authorized_status={"get": 405},  # POST only
     ),
 ]
 BY_NAME = {c.basename: c for c in CONTRACTS}

@@ -86,6 +86,19 @@ def _nodes(world: World, n: int, start: int = 0) -> None:
     )
 
 
+def _workloads(world: World, n: int, start: int = 0) -> None:
+    from jobs.services import submit_workloads
+    from tests.jobs.factories import ready_world, request
+
+    if start == 0:
+        ready_world(world)
+    submit_workloads(
+        actor=Actor(user=world.admin_a),
+        project=world.project_a,
+        items=[request(world, name=f"w{i}") for i in range(start, start + n)],
+    )
+
+
 # (url, who lists, how to add N rows, pinned query count)
 LISTS: list[tuple[str, str, Callable[..., None], int]] = [
     ("/api/v1/tenants/tenant-a/projects/", "admin_a", _projects, 4),
@@ -97,12 +110,14 @@ LISTS: list[tuple[str, str, Callable[..., None], int]] = [
     ("/api/v1/audit-events/", "operator", _audit, 2),
     ("/api/v1/tenants/", "operator", _tenants, 2),
     ("/api/v1/node-pools/", "admin_a", _pools, 4),
-    ("/api/v1/node-pools/", "operator", _nodes, 3),
+    # Capacity asks every GPU holder (the jobs app's active allocations: one query).
+    ("/api/v1/node-pools/", "operator", _nodes, 4),
     ("/api/v1/nodes/", "operator", _nodes, 2),
     ("/api/v1/gpus/", "operator", _nodes, 2),
     ("/api/v1/nodes/watched/gpus/", "operator", _nodes, 2),
     ("/api/v1/nodes/watched/events/", "operator", _nodes, 3),
     ("/api/v1/tokens/", "member_a", _tokens, 2),
+    ("/api/v1/tenants/tenant-a/workloads/", "member_a", _workloads, 4),
 ]
 
 

@@ -1,0 +1,174 @@
+"""Serializers of the jobs API: input shapes (types only) and output shapes. Rules live in jobs.services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from inventory.models import NodePool
+from inventory.selectors import pools_open_to_tenant
+from jobs.choices import PriorityClass, WorkloadKind, WorkloadState
+from jobs.models import Allocation, Workload, WorkloadEvent
+from tenants.api.fields import ScopedSlugField
+from tenants.selectors import projects_in_scope
+
+
+# Nodes also have fields named `kind` and `state`, and drf-spectacular names
+# every enum after its field: the two would collide (a schema warning CI
+# refuses), so the choices are listed in the description instead.
+@extend_schema_field({"type": "string", "description": f"One of: {', '.join(WorkloadKind.values)}."})
+class WorkloadKindField(serializers.ChoiceField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=WorkloadKind.choices, **kwargs)
+
+
+@extend_schema_field({"type": "string", "description": f"One of: {', '.join(WorkloadState.values)}."})
+class WorkloadStateField(serializers.ChoiceField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=WorkloadState.choices, **kwargs)
+
+
+def _projects(context: dict[str, Any]) -> Any:
+    return projects_in_scope()
+
+
+def _open_pools(context: dict[str, Any]) -> Any:
+    return pools_open_to_tenant(context["tenant"].pk)
+
+
+class WorkloadItemSerializer(serializers.Serializer):
+    """One workload to submit; the pool is a name among those the tenant may use."""
+
+    kind = WorkloadKindField(default=WorkloadKind.JOB)
+    name = serializers.CharField(max_length=63)
+    image = serializers.CharField(max_length=255)
+    command = serializers.ListField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), default=list)
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), default=dict)
+    gpus_per_replica = serializers.IntegerField(default=1)
+    replicas = serializers.IntegerField(default=1)
+    gpu_models = serializers.ListField(child=serializers.CharField(), default=list)
+    pool = serializers.CharField(max_length=40)
+    cpu_milli = serializers.IntegerField(default=1000)
+    memory_mib = serializers.IntegerField(default=4096)
+    priority_class = serializers.ChoiceField(choices=PriorityClass.choices, default=PriorityClass.NORMAL)
+    max_runtime_seconds = serializers.IntegerField(required=False, allow_null=True, default=None)
+    requeue_limit = serializers.IntegerField(default=3)
+
+
+def _resolve_pools(items: list[dict[str, Any]], context: dict[str, Any], prefix: str) -> None:
+    """Replace each item's pool name by the pool, in one query; an unusable pool reads as a missing one."""
+    pools = {p.name: p for p in _open_pools(context).filter(name__in={item["pool"] for item in items})}
+    errors: dict[str, list[str]] = {}
+    for index, item in enumerate(items):
+        pool: NodePool | None = pools.get(item["pool"])
+        if pool is None:
+            errors[f"{prefix.format(index=index)}pool"] = [f"No pool named {item['pool']}."]
+        item["pool"] = pool
+    if errors:
+        raise serializers.ValidationError(errors, code="does_not_exist")
+
+
+class WorkloadInputSerializer(WorkloadItemSerializer):
+    """A single submission: one workload in one of the tenant's projects."""
+
+    project = ScopedSlugField(selector=_projects)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        _resolve_pools([attrs], self.context, "")
+        return attrs
+
+
+class BulkInputSerializer(serializers.Serializer):
+    """Many workloads into one project at once: all are accepted or none."""
+
+    project = ScopedSlugField(selector=_projects)
+    items = WorkloadItemSerializer(many=True, allow_empty=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs["items"] = [dict(item) for item in attrs["items"]]
+        _resolve_pools(attrs["items"], self.context, "items[{index}].")
+        return attrs
+
+
+_WORKLOAD_FIELDS = [
+    "id",
+    "name",
+    "kind",
+    "state",
+    "project",
+    "pool",
+    "owner",
+    "image",
+    "command",
+    "env",
+    "gpus_per_replica",
+    "replicas",
+    "gpu_models",
+    "cpu_milli",
+    "memory_mib",
+    "priority_class",
+    "max_runtime_seconds",
+    "requeue_limit",
+    "attempt",
+    "reason_code",
+    "reason_message",
+    "reason_hint",
+    "queue_position",
+    "exit_code",
+    "submitted_at",
+    "scheduled_at",
+    "started_at",
+    "finished_at",
+]
+
+
+class WorkloadSerializer(serializers.ModelSerializer):
+    project: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    kind = WorkloadKindField(read_only=True)
+    state = WorkloadStateField(read_only=True)
+
+    class Meta:
+        model = Workload
+        fields = _WORKLOAD_FIELDS
+        read_only_fields = fields
+
+
+class AllocationSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name", read_only=True)
+    gpu_index = serializers.IntegerField(source="gpu.index", read_only=True, allow_null=True, default=None)
+    gpu_uuid = serializers.CharField(source="gpu.uuid", read_only=True, allow_null=True, default=None)
+    gpu_model = serializers.CharField(source="gpu.model", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = Allocation
+        fields = ["replica", "node", "gpu_index", "gpu_uuid", "gpu_model", "created_at", "released_at"]
+        read_only_fields = fields
+
+
+class WorkloadEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = WorkloadEvent
+        fields = ["kind", "from_state", "to_state", "reason_code", "message", "created_at"]
+        read_only_fields = fields
+
+
+class WorkloadDetailSerializer(WorkloadSerializer):
+    """A workload with where it runs (allocations) and what happened to it (events)."""
+
+    allocations = AllocationSerializer(many=True, read_only=True)
+    events = WorkloadEventSerializer(many=True, read_only=True)
+
+    class Meta(WorkloadSerializer.Meta):
+        fields = [*_WORKLOAD_FIELDS, "allocations", "events"]
+        read_only_fields = fields
+
+
+class BulkResultSerializer(serializers.Serializer):
+    """The workloads of a bulk submission, in the order submitted."""
+
+    count = serializers.IntegerField(read_only=True)
+    results = WorkloadSerializer(many=True, read_only=True)

@@ -1,0 +1,100 @@
+"""API endpoints of the jobs app: thin adapters over jobs.services and jobs.selectors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from jobs import selectors, services
+from jobs.api import serializers as s
+from jobs.api.filters import WorkloadFilter
+from jobs.models import Workload
+from tenants.api.base import TenantViewSet
+from tenants.choices import Role
+
+_READ = (mixins.ListModelMixin, mixins.RetrieveModelMixin)
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description="Retrying with the same key and body returns the first result (200) instead of a duplicate.",
+)
+
+
+def _idempotency_key(request: Request) -> str | None:
+    return request.headers.get("Idempotency-Key")
+
+
+def _status(submission: services.Submission) -> int:
+    return status.HTTP_201_CREATED if submission.created else status.HTTP_200_OK
+
+
+class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy cannot check bases unpacked from a tuple
+    """A tenant's workloads: everyone in the tenant reads; members submit and cancel their own, admins any."""
+
+    serializer_class = s.WorkloadSerializer
+    write_role = Role.MEMBER
+    filterset_class = WorkloadFilter
+    ordering_fields = ["submitted_at", "state", "queue_position", "name"]
+    search_fields = ["name"]
+    lookup_value_regex = r"[0-9]+"
+
+    def scoped_queryset(self) -> QuerySet[Workload]:
+        if self.action == "retrieve":
+            return selectors.workloads_with_details()
+        return selectors.workloads_for_tenant()
+
+    def get_serializer_class(self) -> Any:
+        return s.WorkloadDetailSerializer if self.action == "retrieve" else s.WorkloadSerializer
+
+    @extend_schema(
+        request=s.WorkloadInputSerializer,
+        responses={201: s.WorkloadSerializer, 200: s.WorkloadSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    def create(self, request: Request, tenant: str) -> Response:
+        data = self.validated_input(s.WorkloadInputSerializer)
+        project = data.pop("project")
+        submission = services.submit(
+            actor=self.actor, project=project, items=[data], idempotency_key=_idempotency_key(request)
+        )
+        return self.respond(submission.workloads[0], _status(submission))
+
+    @extend_schema(request=None, responses=s.WorkloadSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, tenant: str, pk: str) -> Response:
+        return self.respond(services.cancel_workload(actor=self.actor, workload=self.get_object()))
+
+
+class WorkloadBulkEndpoint(TenantViewSet):
+    """Submit many workloads into one project in one all-or-nothing call (POST only)."""
+
+    serializer_class = s.WorkloadSerializer
+    write_role = Role.MEMBER
+
+    def scoped_queryset(self) -> QuerySet[Workload]:
+        return selectors.workloads_for_tenant()
+
+    @extend_schema(
+        request=s.BulkInputSerializer,
+        responses={201: s.BulkResultSerializer, 200: s.BulkResultSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    def create(self, request: Request, tenant: str) -> Response:
+        data = self.validated_input(s.BulkInputSerializer)
+        submission = services.submit(
+            actor=self.actor,
+            project=data["project"],
+            items=data["items"],
+            idempotency_key=_idempotency_key(request),
+            bulk=True,
+        )
+        body = {"count": len(submission.workloads), "results": submission.workloads}
+        return Response(s.BulkResultSerializer(body).data, status=_status(submission))

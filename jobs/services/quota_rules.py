@@ -1,0 +1,249 @@
+"""Submission rules that read the ledger: quotas, count limits, the pool's GPU models and largest placement.
+
+Each check reads what every item of a submission needs in one set-based
+query, whatever the number of items, and raises ValidationError naming the
+field and the rule. The caller holds the lock on the project's quota rows,
+so the counts cannot change under it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.db.models import Count, QuerySet
+
+from gpucloud.errors import invalid
+from inventory.choices import GpuHealth, NodeState
+from inventory.models import Gpu, NodePool
+from jobs.choices import TERMINAL_STATES, WorkloadKind, WorkloadState
+from jobs.models import Workload
+from jobs.services.spec import WorkloadSpec, prefixed
+from tenants.models import Project, ProjectQuota, TenantQuota
+
+# Nodes whose GPUs count toward the largest placement possible: everything
+# that is or may come back in service. Retired and failed nodes do not.
+_GONE_NODE_STATES = (NodeState.RETIRED, NodeState.FAILED)
+_LIVE_STATES = [s for s in WorkloadState if s not in TERMINAL_STATES]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The project's effective limits in one pool; a count limit of None on the project falls back to the tenant's."""
+
+    pool: NodePool
+    gpu_limit: int
+    max_pending: int | None
+    max_notebooks_per_user: int | None
+    max_runtime_seconds: int | None
+
+
+def lock_limits(project: Project, pools: Sequence[NodePool]) -> dict[int, Limits]:
+    """Lock the project's quota rows in `pools` (in pool order) and return its limits by pool id.
+
+    Raises ValidationError on `pool` (rule `no_quota`) when the project has no quota in one of them.
+    """
+    by_id = {pool.pk: pool for pool in pools}
+    quotas = {
+        q.pool_id: q
+        for q in ProjectQuota.all_tenants.select_for_update()
+        .filter(project=project, pool_id__in=sorted(by_id))
+        .order_by("pool_id")
+    }
+    for pool_id, pool in by_id.items():
+        if pool_id not in quotas:
+            raise invalid(
+                "pool", "no_quota", f"Project {project.slug} has no quota in pool {pool.name}; ask a tenant admin."
+            )
+    tenant_quotas = {
+        q.pool_id: q for q in TenantQuota.all_tenants.filter(tenant_id=project.tenant_id, pool_id__in=by_id)
+    }
+    return {pool_id: _limits(by_id[pool_id], q, tenant_quotas.get(pool_id)) for pool_id, q in quotas.items()}
+
+
+def _limits(pool: NodePool, quota: ProjectQuota, tenant_quota: TenantQuota | None) -> Limits:
+    def fallback(name: str) -> int | None:
+        own = getattr(quota, name)
+        return own if own is not None or tenant_quota is None else getattr(tenant_quota, name)
+
+    return Limits(
+        pool=pool,
+        gpu_limit=quota.limit,
+        max_pending=fallback("max_pending_workloads"),
+        max_notebooks_per_user=fallback("max_notebooks_per_user"),
+        max_runtime_seconds=fallback("max_runtime_seconds"),
+    )
+
+
+def check_pool_open(specs: Sequence[WorkloadSpec], tenant_id: int, *, bulk: bool) -> None:
+    """Raise ValidationError on `pool` (rule `pool_dedicated`) when a pool is dedicated to another tenant."""
+    for index, spec in enumerate(specs):
+        dedicated = spec.pool.dedicated_tenant_id
+        if dedicated is not None and dedicated != tenant_id:
+            error = invalid("pool", "pool_dedicated", f"Pool {spec.pool.name} is dedicated to another tenant.")
+            raise _at(error, index, bulk)
+
+
+def with_runtime_defaults(
+    specs: Sequence[WorkloadSpec], limits: dict[int, Limits], *, bulk: bool
+) -> list[WorkloadSpec]:
+    """Return `specs` with an unset max runtime set to the quota's.
+
+    Raises ValidationError on `max_runtime_seconds` (rule `above_max_runtime`) when one asks for more.
+    """
+    result: list[WorkloadSpec] = []
+    for index, spec in enumerate(specs):
+        cap = limits[spec.pool.pk].max_runtime_seconds
+        if spec.max_runtime_seconds is None:
+            spec = replace(spec, max_runtime_seconds=cap)
+        elif cap is not None and spec.max_runtime_seconds > cap:
+            error = invalid(
+                "max_runtime_seconds",
+                "above_max_runtime",
+                f"{spec.max_runtime_seconds} s exceeds the maximum runtime of {cap} s in pool {spec.pool.name}.",
+            )
+            raise _at(error, index, bulk)
+        result.append(spec)
+    return result
+
+
+def check_gpu_limits(specs: Sequence[WorkloadSpec], limits: dict[int, Limits], project: Project, *, bulk: bool) -> None:
+    """Raise ValidationError on `gpus_per_replica` (rule `above_quota_limit`) when one workload exceeds the limit.
+
+    Only the workload alone is compared: what the project already holds is
+    the scheduler's to weigh (the work waits with reason QUOTA_LIMIT).
+    """
+    for index, spec in enumerate(specs):
+        limit = limits[spec.pool.pk].gpu_limit
+        if spec.total_gpus > limit:
+            error = invalid(
+                "gpus_per_replica",
+                "above_quota_limit",
+                f"{spec.total_gpus} GPUs exceed project {project.slug}'s limit of {limit} in pool {spec.pool.name}.",
+            )
+            raise _at(error, index, bulk)
+
+
+def check_placement(specs: Sequence[WorkloadSpec], *, bulk: bool) -> None:
+    """Raise ValidationError when a workload asks for GPU models the pool lacks (`gpu_models`, rule
+    `unknown_gpu_model`) or for more than the pool could ever place (`gpus_per_replica` or `replicas`,
+    rule `exceeds_largest_placement`). One query for every pool of the submission.
+    """
+    gpu_specs = [(i, s) for i, s in enumerate(specs) if s.gpus_per_replica > 0]
+    if not gpu_specs:
+        return
+    nodes = _gpus_by_node(sorted({s.pool.pk for _, s in gpu_specs}))
+    for index, spec in gpu_specs:
+        pool_nodes = nodes.get(spec.pool.pk, [])
+        try:
+            _check_models(spec, pool_nodes)
+            _check_fits(spec, pool_nodes)
+        except ValidationError as error:
+            raise _at(error, index, bulk) from None
+
+
+def _gpus_by_node(pool_ids: list[int]) -> dict[int, list[dict[str, int]]]:
+    """Return {pool id: [{GPU model: count} per node]} of the GPUs that could ever be placed on."""
+    rows = (
+        Gpu.objects.filter(present=True, node__pool_id__in=pool_ids)
+        .exclude(health=GpuHealth.FAILED)
+        .exclude(node__state__in=_GONE_NODE_STATES)
+        .values("node__pool_id", "node_id", "model")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    per_node: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
+    for row in rows:
+        per_node[(row["node__pool_id"], row["node_id"])][row["model"]] = row["n"]
+    result: dict[int, list[dict[str, int]]] = defaultdict(list)
+    for (pool_id, _), models in sorted(per_node.items()):
+        result[pool_id].append(models)
+    return result
+
+
+def _check_models(spec: WorkloadSpec, nodes: list[dict[str, int]]) -> None:
+    known = {model for node in nodes for model in node}
+    unknown = sorted(set(spec.gpu_models) - known)
+    if unknown:
+        have = ", ".join(sorted(known)) or "none"
+        raise invalid(
+            "gpu_models",
+            "unknown_gpu_model",
+            f"Pool {spec.pool.name} has no {', '.join(unknown)} GPUs (it has: {have}).",
+        )
+
+
+def _check_fits(spec: WorkloadSpec, nodes: list[dict[str, int]]) -> None:
+    wanted = set(spec.gpu_models)
+    usable = [sum(n for model, n in node.items() if not wanted or model in wanted) for node in nodes]
+    # Each replica runs on one node, so a node offers count // gpus_per_replica slots.
+    slots = sum(count // spec.gpus_per_replica for count in usable)
+    if spec.replicas == 1 and slots < 1:
+        raise invalid(
+            "gpus_per_replica",
+            "exceeds_largest_placement",
+            f"No node of pool {spec.pool.name} has {spec.gpus_per_replica} suitable GPUs; "
+            f"the largest has {max(usable, default=0)}.",
+        )
+    if slots < spec.replicas:
+        raise invalid(
+            "replicas",
+            "exceeds_largest_placement",
+            f"Pool {spec.pool.name} can place at most {slots} replicas of {spec.gpus_per_replica} suitable GPUs; "
+            f"{spec.replicas} were asked for.",
+        )
+
+
+def check_counts(specs: Sequence[WorkloadSpec], limits: dict[int, Limits], project: Project, owner: User) -> None:
+    """Raise ValidationError when the submission would pass the project's pending limit (`project`, rule
+    `max_pending_workloads`) or the owner's notebook limit (`kind`, rule `max_notebooks_per_user`) in a pool.
+    Two queries, whatever the number of items.
+    """
+    pools = sorted(limits)
+    pending = _counts(Workload.all_tenants.filter(project=project, pool_id__in=pools, state=WorkloadState.PENDING))
+    notebooks = _counts(
+        Workload.all_tenants.filter(
+            project=project, owner=owner, pool_id__in=pools, kind=WorkloadKind.NOTEBOOK, state__in=_LIVE_STATES
+        )
+    )
+    for pool_id, limit in limits.items():
+        new = [s for s in specs if s.pool.pk == pool_id]
+        new_notebooks = sum(1 for s in new if s.kind == WorkloadKind.NOTEBOOK)
+        _check_cap("project", "max_pending_workloads", pending.get(pool_id, 0), len(new), limit.max_pending, limit)
+        _check_cap(
+            "kind",
+            "max_notebooks_per_user",
+            notebooks.get(pool_id, 0),
+            new_notebooks,
+            limit.max_notebooks_per_user,
+            limit,
+        )
+
+
+def _counts(queryset: QuerySet[Workload]) -> dict[int, int]:
+    rows = queryset.values("pool_id").annotate(n=Count("id")).order_by()
+    return {row["pool_id"]: row["n"] for row in rows}
+
+
+_CAP_MESSAGES = {
+    "max_pending_workloads": (
+        "The project has {have} pending workloads in pool {pool}; {new} more would pass its limit of {cap}."
+    ),
+    "max_notebooks_per_user": (
+        "You have {have} notebooks in pool {pool}; {new} more would pass the limit of {cap} per user."
+    ),
+}
+
+
+def _check_cap(field: str, rule: str, have: int, new: int, cap: int | None, limit: Limits) -> None:
+    if new and cap is not None and have + new > cap:
+        message = _CAP_MESSAGES[rule].format(have=have, new=new, cap=cap, pool=limit.pool.name)
+        raise invalid(field, rule, message)
+
+
+def _at(error: ValidationError, index: int, bulk: bool) -> ValidationError:
+    """Key an item's error by its place in a bulk submission; a single submission keeps plain field names."""
+    return prefixed(error, f"items[{index}].") if bulk else error

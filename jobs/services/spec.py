@@ -1,0 +1,163 @@
+"""What one workload asks for, normalised, and the checks that need no database.
+
+`WorkloadSpec.from_data` turns the input of the API, the UI or the CLI into
+a spec and refuses unknown keys; `check_spec` holds it to the field rules.
+Both raise Django's ValidationError keyed by the field, with a rule code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from gpucloud.errors import invalid
+from inventory.drivers.policy import SpecRefused, check_container_request
+from inventory.models import NodePool
+from jobs.choices import PriorityClass, WorkloadKind
+from jobs.models import MAX_GPUS_PER_REPLICA, MAX_REPLICAS
+
+NAME_RULE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+# A Docker image reference: [registry[:port]/]path[:tag][@sha256:digest], lower case as the engine requires.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_RULE = re.compile(
+    rf"(?:[a-z0-9]+(?:[.-][a-z0-9]+)*(?::[0-9]{{1,5}})?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?"
+)
+MAX_IMAGE_LENGTH = 255
+MAX_GPU_MODELS = 16
+# Ranges beyond these are typos, not plans.
+_INT_RANGES: dict[str, tuple[int, int]] = {
+    "gpus_per_replica": (0, MAX_GPUS_PER_REPLICA),
+    "replicas": (1, MAX_REPLICAS),
+    "cpu_milli": (1, 1_024_000),
+    "memory_mib": (1, 16 * 1024 * 1024),
+    "requeue_limit": (0, 100),
+    "max_runtime_seconds": (60, 365 * 24 * 3600),
+}
+_REQUIRED = ("name", "image", "pool")
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """One workload as submitted: a gang of `replicas` replicas of `gpus_per_replica` GPUs in `pool`.
+
+    `gpu_models` empty means any model; `max_runtime_seconds` None means the
+    quota's maximum.
+    """
+
+    name: str
+    image: str
+    pool: NodePool
+    kind: str = WorkloadKind.JOB
+    command: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    gpus_per_replica: int = 1
+    replicas: int = 1
+    gpu_models: list[str] = field(default_factory=list)
+    cpu_milli: int = 1000
+    memory_mib: int = 4096
+    priority_class: str = PriorityClass.NORMAL
+    max_runtime_seconds: int | None = None
+    requeue_limit: int = 3
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> WorkloadSpec:
+        """Return the spec `data` describes; raise ValidationError on unknown or missing keys."""
+        known = {f.name for f in fields(cls)}
+        for key in data:
+            if key not in known:
+                raise invalid(str(key), "unknown_field", f"Unknown field; allowed: {', '.join(sorted(known))}.")
+        for key in _REQUIRED:
+            if data.get(key) in (None, ""):
+                raise invalid(key, "required", "This field is required.")
+        if not isinstance(data["pool"], NodePool):
+            raise invalid("pool", "invalid", "Must be a node pool.")
+        return cls(**{key: value for key, value in data.items() if value is not None or key == "max_runtime_seconds"})
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_replica * self.replicas
+
+    def normalized(self) -> dict[str, Any]:
+        """Return the spec as JSON-ready data (the pool by id, GPU models sorted and unique)."""
+        data = asdict(self)
+        data["pool"] = self.pool.pk
+        data["gpu_models"] = sorted(set(self.gpu_models))
+        return data
+
+
+def fingerprint(project_id: int, specs: Sequence[WorkloadSpec]) -> str:
+    """Return a SHA-256 hex digest of the normalised request, to tell a retry from a different request."""
+    body = json.dumps({"project": project_id, "items": [s.normalized() for s in specs]}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def check_spec(spec: WorkloadSpec) -> None:
+    """Return None when every field of `spec` follows its rule; raise ValidationError naming the first that does not."""
+    _check_choice("kind", spec.kind, WorkloadKind.values)
+    _check_choice("priority_class", spec.priority_class, PriorityClass.values)
+    if not isinstance(spec.name, str) or not NAME_RULE.fullmatch(spec.name):
+        raise invalid(
+            "name",
+            "invalid_name",
+            "Use 1 to 63 lowercase letters, digits or hyphens, starting and ending with a letter or digit.",
+        )
+    _check_image(spec.image)
+    _check_container(spec)
+    for name in _INT_RANGES:
+        _check_int(name, getattr(spec, name))
+    _check_gpu_models(spec.gpu_models)
+
+
+def _check_choice(name: str, value: Any, allowed: list[str]) -> None:
+    if value not in allowed:
+        raise invalid(name, "invalid_choice", f"Must be one of: {', '.join(allowed)}.")
+
+
+def _check_image(image: Any) -> None:
+    if not isinstance(image, str) or len(image) > MAX_IMAGE_LENGTH or not IMAGE_RULE.fullmatch(image):
+        raise invalid(
+            "image",
+            "invalid_image",
+            "Must be an image reference such as registry.example.com/team/train:1.0 "
+            "(lower case, at most 255 characters).",
+        )
+
+
+def _check_container(spec: WorkloadSpec) -> None:
+    # The same gate every runtime applies before starting a container: a spec
+    # refused there must be refused here, at submission, naming the same field.
+    try:
+        check_container_request({"image": spec.image, "command": spec.command, "env": spec.env})
+    except SpecRefused as refused:
+        raise invalid(refused.field, refused.rule, str(refused)) from None
+
+
+def _check_int(name: str, value: Any) -> None:
+    if value is None and name == "max_runtime_seconds":
+        return
+    low, high = _INT_RANGES[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(name, "invalid", "Must be a whole number.")
+    if not low <= value <= high:
+        raise invalid(name, "out_of_range", f"Must be between {low} and {high}.")
+
+
+def _check_gpu_models(models: Any) -> None:
+    if not isinstance(models, list) or len(models) > MAX_GPU_MODELS:
+        raise invalid("gpu_models", "invalid", f"Must be a list of at most {MAX_GPU_MODELS} GPU model names.")
+    if any(not isinstance(m, str) or not m.strip() for m in models):
+        raise invalid("gpu_models", "invalid", "GPU model names must be non-empty strings.")
+
+
+def prefixed(error: ValidationError, prefix: str) -> ValidationError:
+    """Return `error` with every field name prefixed (`items[3].image`), for errors of one item of many."""
+    if not hasattr(error, "error_dict"):
+        return ValidationError({prefix.rstrip("."): error.error_list})
+    return ValidationError({f"{prefix}{name}": errors for name, errors in error.error_dict.items()})

@@ -1,0 +1,49 @@
+"""Submission-ready worlds: project quotas, nodes with GPUs, assigned members, workload requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from inventory.models import Gpu, Node
+from tenants.context import Actor
+from tenants.models import Membership, Project, ProjectQuota
+from tests.conftest import World
+from tests.inventory.factories import make_node
+
+H100 = "NVIDIA H100 80GB HBM3"
+A100 = "NVIDIA A100-SXM4-40GB"
+
+
+def give_quota(world: World, project: Project | None = None, *, limit: int = 8, **fields: Any) -> ProjectQuota:
+    """Give `project` (alpha by default) a quota in the shared pool."""
+    project = project or world.project_a
+    return ProjectQuota.all_tenants.create(
+        tenant_id=project.tenant_id, project=project, pool=world.pool, limit=limit, **fields
+    )
+
+
+def add_node(world: World, name: str = "n1", *, gpus: int = 8, model: str = H100) -> Node:
+    """Register a ready simulated node in the shared pool with `gpus` GPUs of `model`."""
+    node = make_node(Actor(user=world.operator), world.pool, name=name, gpus=0)
+    Gpu.objects.bulk_create(Gpu(node=node, index=i, uuid=f"GPU-{name}-{i}", model=model) for i in range(gpus))
+    return node
+
+
+def assign(user: User, project: Project) -> None:
+    """Put `user` (already a member of the project's tenant) on `project`."""
+    Membership.all_tenants.get(user=user, tenant_id=project.tenant_id).projects.add(project)
+
+
+def ready_world(world: World) -> World:
+    """Alpha has an 8-GPU quota in `shared`, one ready 8-GPU node there, and member_a works in alpha."""
+    give_quota(world)
+    add_node(world)
+    assign(world.member_a, world.project_a)
+    return world
+
+
+def request(world: World, **overrides: Any) -> dict[str, Any]:
+    """Return the service input of a 1-GPU batch job in the shared pool."""
+    return {"name": "train", "image": "registry.example.com/team/train:1.0", "pool": world.pool, **overrides}
