@@ -4,7 +4,7 @@ Personas: `operator` (platform staff); tenant A's `admin_a`, `member_a`,
 `viewer_a`; tenant B's `admin_b` (the outsider). Tenant A has a project
 `alpha`, pool `shared` has a quota for tenant A.
 
-Tests marked `postgres`, `redis`, `browser` or `docker` skip when the
+Tests marked `postgres`, `redis`, `browser`, `docker` or `traces` skip when the
 service is missing, unless GPUCLOUD_REQUIRE_SERVICES names it: then they
 fail, which is how CI proves they ran against the real thing. Docker tests
 run the image `test_image` names, built from busybox-static by
@@ -36,9 +36,11 @@ from tenants.scoping import deactivate_tenant
 
 PASSWORD = "correct-horse-battery-staple"
 REQUIRED = {s.strip() for s in os.environ.get("GPUCLOUD_REQUIRE_SERVICES", "").split(",") if s.strip()}
-SERVICES = ("postgres", "redis", "browser", "docker")
+SERVICES = ("postgres", "redis", "browser", "docker", "traces")
 TEST_IMAGE = "gpucloud-test/busybox:latest"
 ROOT = Path(__file__).resolve().parents[1]
+# The shared cluster traces (never copied into the repository): beside the checkout, or where GPUCLOUD_TRACES_DIR says.
+TRACES = Path(os.environ.get("GPUCLOUD_TRACES_DIR") or ROOT.parent / "shared" / "data" / "traces")
 
 
 def chromium_path() -> str | None:
@@ -74,6 +76,8 @@ def _missing(service: str) -> str | None:
         return "no Chromium found (set CHROMIUM_PATH)"
     if service == "docker":
         return docker_missing()
+    if service == "traces" and not (TRACES / "philly-derived").is_dir():
+        return f"no cluster traces at {TRACES} (set GPUCLOUD_TRACES_DIR)"
     return None
 
 

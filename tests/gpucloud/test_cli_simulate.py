@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from gpucloud.cli import main
+from tests.conftest import TRACES
 
-PHILLY = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces" / "philly-derived"
+PHILLY = TRACES / "philly-derived"
 
-pytestmark = pytest.mark.skipif(not PHILLY.exists(), reason="the shared traces are not checked out beside the repo")
+pytestmark = pytest.mark.traces
 
 
 def test_simulate_replays_a_trace_and_writes_the_metrics(tmp_path: Path) -> None:

@@ -12,12 +12,10 @@ from jobs.scheduler.simulator import cli, traces
 from jobs.scheduler.simulator.build import default_quotas, gpu_hour_shares
 from jobs.scheduler.simulator.engine import Settings, simulate
 from jobs.scheduler.simulator.metrics import check_quotas, percentile
+from tests.conftest import TRACES
 
-TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
 PHILLY = TRACES / "philly-derived"
 ALIBABA = TRACES / "alibaba-gpu-v2023"
-
-pytestmark = pytest.mark.skipif(not PHILLY.exists(), reason="the shared traces are not checked out beside the repo")
 
 
 def run(trace: traces.Trace, ordering: Ordering) -> dict:
@@ -43,6 +41,7 @@ def test_default_guarantees_follow_gpu_hours_and_sum_to_the_cluster() -> None:
     assert sum(q.guaranteed for q in project_quotas) == 7
 
 
+@pytest.mark.traces
 def test_alibaba_nodes_sample_evenly_to_about_the_asked_size() -> None:
     nodes = traces.alibaba_nodes(ALIBABA, 512)
     assert 460 <= sum(n.gpus for n in nodes) <= 560
@@ -50,6 +49,7 @@ def test_alibaba_nodes_sample_evenly_to_about_the_asked_size() -> None:
     assert sum(n.gpus for n in traces.alibaba_nodes(ALIBABA)) == 6212
 
 
+@pytest.mark.traces
 def test_alibaba_pods_hash_to_ten_tenants_and_count_fractions_as_one_gpu() -> None:
     pods = traces.alibaba_pods(ALIBABA / "openb_pod_list_default.csv")
     assert len(pods) == 8152
@@ -58,6 +58,7 @@ def test_alibaba_pods_hash_to_ten_tenants_and_count_fractions_as_one_gpu() -> No
     assert pods[1].id == "openb-pod-0001" and pods[1].gpus == 1  # asks 460 milli-GPU
 
 
+@pytest.mark.traces
 def test_philly_slice_both_policies_finish_everything_without_violations() -> None:
     trace = traces.load_philly(PHILLY, 64, limit_jobs=400)
     fair, fifo = run(trace, Ordering.FAIRSHARE), run(trace, Ordering.FIFO)
@@ -71,11 +72,13 @@ def test_philly_slice_both_policies_finish_everything_without_violations() -> No
     assert fair["mean_wait_s"] < fifo["mean_wait_s"]
 
 
+@pytest.mark.traces
 def test_a_simulation_is_deterministic() -> None:
     trace = traces.load_philly(PHILLY, 32, limit_jobs=150)
     assert run(trace, Ordering.FAIRSHARE) == run(trace, Ordering.FAIRSHARE)
 
 
+@pytest.mark.traces
 def test_alibaba_slice_places_cpu_only_and_constrained_pods() -> None:
     trace = traces.load_alibaba(ALIBABA, 256, limit_jobs=300)
     assert any(j.gpus == 0 for j in trace.jobs)
@@ -102,6 +105,7 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([], 0.5) == 0.0
 
 
+@pytest.mark.traces
 def test_cli_writes_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, png = tmp_path / "m.json", tmp_path / "m.png"
     argv = ["--trace", str(PHILLY), "--gpus", "32", "--policy", "fifo", "--limit-jobs", "60"]
@@ -114,6 +118,7 @@ def test_cli_writes_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert json.loads(capsys.readouterr().out) == summary
 
 
+@pytest.mark.traces
 def test_cli_refuses_a_folder_without_a_trace(tmp_path: Path) -> None:
     assert cli.main(["--trace", str(tmp_path), "--gpus", "8"]) == 2
     assert cli.main(["--trace", str(PHILLY), "--gpus", "8", "--quota", "broken"]) == 2
