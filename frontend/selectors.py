@@ -139,6 +139,19 @@ class ProjectUse:
         return max(0, self.in_use - self.guaranteed)
 
 
+def _gpus_held(allocations: QuerySet[Allocation], owner: str) -> dict[tuple[int, int], int]:
+    """Return {(owner id, pool id): GPUs held} over the active GPU allocations of `allocations`, in one query."""
+    rows = (
+        allocations.filter(released_at__isnull=True, gpu__isnull=False)
+        .values(owner, "workload__pool_id")
+        .annotate(gpus=Count("id"))
+    )
+    held: dict[tuple[int, int], int] = defaultdict(int)
+    for row in rows:
+        held[(row[owner], row["workload__pool_id"])] += row["gpus"]
+    return held
+
+
 def queue_in_scope() -> tuple[list[Workload], list[Workload]]:
     """Return the tenant's (waiting, active) workloads: waiting by pool and queue position, active with GPUs.
 
@@ -162,12 +175,7 @@ def queue_in_scope() -> tuple[list[Workload], list[Workload]]:
 
 def project_use_in_scope() -> list[ProjectUse]:
     """Return every project quota of the tenant in scope with the GPUs its project's active work holds there."""
-    held: dict[tuple[int, int], int] = defaultdict(int)
-    rows = Allocation.objects.filter(released_at__isnull=True, gpu__isnull=False).values(
-        "workload__project_id", "workload__pool_id"
-    )
-    for row in rows.annotate(gpus=Count("id")):
-        held[(row["workload__project_id"], row["workload__pool_id"])] += row["gpus"]
+    held = _gpus_held(Allocation.objects.all(), "workload__project_id")
     quotas = ProjectQuota.objects.select_related("project", "pool").order_by("project__slug", "pool__name")
     return [
         ProjectUse(q.project.slug, q.pool.name, q.guaranteed, q.limit, held[(q.project_id, q.pool_id)]) for q in quotas
@@ -187,12 +195,7 @@ class TenantAllocation:
 
 def allocation_by_pool_and_tenant() -> list[TenantAllocation]:
     """Return every tenant quota with the GPUs the tenant's active work holds in that pool; two queries."""
-    held: dict[tuple[int, int], int] = defaultdict(int)
-    rows = Allocation.all_tenants.filter(released_at__isnull=True, gpu__isnull=False).values(
-        "tenant_id", "workload__pool_id"
-    )
-    for row in rows.annotate(gpus=Count("id")):
-        held[(row["tenant_id"], row["workload__pool_id"])] += row["gpus"]
+    held = _gpus_held(Allocation.all_tenants.all(), "tenant_id")
     quotas = TenantQuota.all_tenants.select_related("tenant", "pool").order_by("pool__name", "tenant__slug")
     return [
         TenantAllocation(q.tenant.slug, q.pool.name, q.guaranteed, q.limit, held[(q.tenant_id, q.pool_id)])

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,6 +54,8 @@ _local_lock = threading.Lock()
 
 # GPUs that failed or vanished are never offered to the scheduler; degraded ones still are.
 _UNUSABLE_HEALTH = {GpuHealth.FAILED}
+# Nodes that never served or never will again: not part of the snapshot at all.
+_NOT_IN_SERVICE = [NodeState.REGISTERED, NodeState.PROVISIONING, NodeState.FAILED, NodeState.RETIRED]
 
 
 @dataclass
@@ -135,10 +137,12 @@ def build_snapshot(*, now: datetime, config: core.SchedulerConfig) -> tuple[core
     workloads = _workload_rows()
     allocations = _active_allocations()
     nodes = _nodes(pool_names, workloads, allocations, ledger)
+    with_nodes = {node.pool for node in nodes}
+    in_service = {node.pool for node in nodes if node.schedulable}
     pending, running = _workloads(workloads, allocations, pool_names, ledger)
     snapshot = core.Snapshot(
         now=now.timestamp(),
-        pools=tuple(_pool(pool, nodes) for pool in pools),
+        pools=tuple(_pool(pool, with_nodes, in_service) for pool in pools),
         nodes=tuple(nodes),
         tenant_quotas=_tenant_quotas(pool_names),
         project_quotas=_project_quotas(pool_names),
@@ -149,14 +153,13 @@ def build_snapshot(*, now: datetime, config: core.SchedulerConfig) -> tuple[core
     return snapshot, ledger
 
 
-def _pool(row: Row, nodes: list[core.Node]) -> core.Pool:
+def _pool(row: Row, with_nodes: set[str], in_service: set[str]) -> core.Pool:
     # A pool whose every node is out of service (cordoned, draining, ...) is reported as cordoned.
-    members = [node for node in nodes if node.pool == row["name"]]
     return core.Pool(
         name=row["name"],
         policy=core.PlacementPolicy(row["placement_policy"]),
         dedicated_tenant=row["dedicated_tenant__slug"],
-        cordoned=bool(members) and not any(node.schedulable for node in members),
+        cordoned=row["name"] in with_nodes and row["name"] not in in_service,
     )
 
 
@@ -206,8 +209,7 @@ def _nodes(
 ) -> list[core.Node]:
     """Return every node in service with what is free on it: GPUs not held, CPU and memory not reserved."""
     rows = list(
-        Node.objects.exclude(state__in=[NodeState.REGISTERED, NodeState.PROVISIONING, NodeState.RETIRED])
-        .exclude(state=NodeState.FAILED)
+        Node.objects.exclude(state__in=_NOT_IN_SERVICE)
         .order_by("name")
         .values("id", "name", "pool_id", "state", "cpu_cores", "memory_mb")
     )
@@ -397,14 +399,16 @@ def _preemption_message(preemption: core.Preemption) -> str:
     )
 
 
-def _lock_in_state(ids: list[int], states: Any) -> set[int]:
+def _lock_in_state(ids: list[int], states: Iterable[str]) -> set[int]:
     """Lock the rows of `ids` and return those still in one of `states` (the compare of compare-and-swap)."""
     return set(
         Workload.all_tenants.select_for_update().filter(pk__in=ids, state__in=list(states)).values_list("pk", flat=True)
     )
 
 
-def _place(placements: Any, ledger: _Ledger, now: datetime, result: PassResult) -> None:
+def _place(
+    placements: Mapping[str, tuple[core.ReplicaAllocation, ...]], ledger: _Ledger, now: datetime, result: PassResult
+) -> None:
     """Move placed workloads from pending to scheduled and record their allocations.
 
     A workload that left `pending` since the snapshot (cancelled) is skipped;
@@ -462,7 +466,7 @@ def _placed_message(replicas: tuple[core.ReplicaAllocation, ...]) -> str:
     return f"Scheduled on {where}."
 
 
-def _record_waiting(waiting: Any, ledger: _Ledger, result: PassResult) -> None:
+def _record_waiting(waiting: Mapping[str, core.Waiting], ledger: _Ledger, result: PassResult) -> None:
     """Write reason, message, hint and queue position of each waiting workload whose values changed.
 
     Only pending rows are touched (`state` is part of the WHERE), so a

@@ -242,3 +242,13 @@ def test_four_passes_at_once_allocate_no_gpu_twice(world: World) -> None:
     assert sum(1 for o in outcomes if o is not None) >= 1, "at least one pass ran; the others found the lock held"
     active = list(Allocation.all_tenants.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
     assert active and len(active) == len(set(active))
+
+
+def test_a_pool_whose_nodes_are_all_out_of_service_is_reported_cordoned(world: World) -> None:
+    _quota(world, world.project_a, 8, 16)
+    _node(world, "c1", 4, state=NodeState.CORDONED)
+    _node(world, "c2", 4, state=NodeState.DRAINING)
+    job = _workload(world, gpus=1)
+    shell.run_pass()
+    waiting = Workload.all_tenants.get(pk=job.pk)
+    assert (waiting.state, waiting.reason_code) == (WorkloadState.PENDING, Reason.POOL_CORDONED)
