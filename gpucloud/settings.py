@@ -180,6 +180,24 @@ DOCKER_HOST = env_str("DOCKER_HOST")
 # Allow the agent to pull missing images (the health-check image included).
 GPUCLOUD_AGENT_PULL_IMAGES = env_bool("GPUCLOUD_AGENT_PULL_IMAGES", True)
 
+# --- Execution -----------------------------------------------------------------
+# Seconds between SIGTERM and SIGKILL when a workload is stopped or preempted (a pool may set its own).
+WORKLOAD_STOP_GRACE_SECONDS = env_int("WORKLOAD_STOP_GRACE_SECONDS", 30, minimum=0, maximum=3600)
+# Seconds a workload may stay scheduled or starting before the launch counts as failed.
+WORKLOAD_START_TIMEOUT_SECONDS = env_int("WORKLOAD_START_TIMEOUT_SECONDS", 600, minimum=5, maximum=86400)
+# Seconds between reconcile runs (ledger against what the agents report).
+WORKLOAD_RECONCILE_SECONDS = env_int("WORKLOAD_RECONCILE_SECONDS", 30, minimum=1, maximum=3600)
+# Notebooks: idle timeout (a tenant or preset may set its own), the warning before it, the GPU
+# utilization (percent) under which a GPU counts as idle, and the Jupyter image's server command.
+NOTEBOOK_IDLE_TIMEOUT_SECONDS = env_int("NOTEBOOK_IDLE_TIMEOUT_SECONDS", 3600, minimum=60)
+NOTEBOOK_IDLE_WARNING_SECONDS = env_int("NOTEBOOK_IDLE_WARNING_SECONDS", 600, minimum=0)
+NOTEBOOK_IDLE_UTILIZATION = env_int("NOTEBOOK_IDLE_UTILIZATION", 5, minimum=0, maximum=100)
+NOTEBOOK_COMMAND = env_list("NOTEBOOK_COMMAND", ["jupyter", "lab"])
+# Days workload logs are kept unless the tenant sets its own retention.
+LOG_RETENTION_DAYS = env_int("LOG_RETENTION_DAYS", 30, minimum=1, maximum=3650)
+# Address the Docker runtime publishes workloads' service ports on (the proxy must reach it).
+GPUCLOUD_AGENT_PUBLISH_ADDRESS = env_str("GPUCLOUD_AGENT_PUBLISH_ADDRESS", "127.0.0.1") or "127.0.0.1"
+
 CELERY_BEAT_SCHEDULE = {
     "purge-expired-sessions": {"task": "tenants.purge_expired_sessions", "schedule": 3600.0},
     "check-nodes": {"task": "inventory.check_nodes", "schedule": 10.0},

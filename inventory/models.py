@@ -23,6 +23,8 @@ class NodePool(models.Model):
         "tenants.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="dedicated_pools"
     )
     placement_policy = models.CharField(max_length=20, choices=PlacementPolicy.choices, default=PlacementPolicy.BINPACK)
+    # Seconds a stopped or preempted workload gets between SIGTERM and SIGKILL; empty means the default.
+    stop_grace_seconds = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -40,10 +40,11 @@ WORKLOAD_TRANSITIONS: dict[WorkloadState, frozenset[WorkloadState]] = {
     S.STARTING: frozenset({S.RUNNING, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST}),
     S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED}),
-    S.SUCCEEDED: frozenset(),
-    S.FAILED: frozenset(),
-    S.CANCELLED: frozenset(),
-    S.LOST: frozenset(),
+    # Ended workloads move only by an explicit restart: a new attempt, back in the queue.
+    S.SUCCEEDED: frozenset({S.PENDING}),
+    S.FAILED: frozenset({S.PENDING}),
+    S.CANCELLED: frozenset({S.PENDING}),
+    S.LOST: frozenset({S.PENDING}),
 }
 
 
@@ -85,3 +86,14 @@ class ReasonCode(models.TextChoices):
     PRIORITY = Reason.PRIORITY.value, "Preempted by higher priority"
     CANCELLED_BY_USER = "CANCELLED_BY_USER", "Cancelled by a user"
     PREEMPTED = "PREEMPTED", "Preempted"
+    STOPPED_BY_USER = "STOPPED_BY_USER", "Stopped by a user"
+    RESTARTED = "RESTARTED", "Restarted by a user"
+    EXITED = "EXITED", "Exited"
+    EXIT_NONZERO = "EXIT_NONZERO", "Exited with an error"
+    LAUNCH_FAILED = "LAUNCH_FAILED", "Launch failed"
+    START_TIMEOUT = "START_TIMEOUT", "Did not start in time"
+    MAX_RUNTIME = "MAX_RUNTIME", "Maximum runtime reached"
+    NODE_LOST = "NODE_LOST", "Node lost"
+    IDLE = "IDLE", "Idle notebook stopped"
+    CONTAINER_VANISHED = "CONTAINER_VANISHED", "Container vanished"
+    GANG_MEMBER_FAILED = "GANG_MEMBER_FAILED", "Another replica of the gang failed"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from jobs.choices import PRIORITY_VALUES, PriorityClass, WorkloadKind, WorkloadState
@@ -51,6 +51,22 @@ class Workload(TenantOwnedModel):
     scheduled_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    # Execution (issue 5): the port a workload serves HTTP on inside its sandbox (notebooks: Jupyter's),
+    # reached only through the console's proxy at /notebooks/<id>/.
+    service_port = models.PositiveIntegerField(null=True, blank=True)
+    preset = models.ForeignKey("jobs.LaunchPreset", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # Notebooks: the secret of the current session's Jupyter server (regenerated for every attempt; never
+    # put in a URL or a log). Idle reclaim: the timeout, when the owner was warned, when they extended.
+    session_secret = models.CharField(max_length=128, blank=True)
+    idle_timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+    idle_extended_at = models.DateTimeField(null=True, blank=True)
+    last_activity_at = models.DateTimeField(null=True, blank=True)
+    # When the controller last asked the node to stop this workload (reconcile re-asks after a while).
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    # The sequence number of the last stored log line (lines are numbered 1, 2, ... per workload).
+    log_seq = models.BigIntegerField(default=0)
 
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     # A digest of the normalized request: a retried key with another body is refused, not answered.
@@ -130,3 +146,132 @@ class WorkloadEvent(TenantOwnedModel):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.workload_id}"
+
+
+class ReplicaState(models.TextChoices):
+    """Where one replica of one attempt stands on its node."""
+
+    LAUNCHING = "launching", "Launching"
+    RUNNING = "running", "Running"
+    EXITED = "exited", "Exited"
+    LOST = "lost", "Lost"
+
+
+class Replica(TenantOwnedModel):
+    """One replica of one attempt of a workload as launched on a node: the runtime's handle and what it reported.
+
+    `handle` is the runtime's opaque JSON state (so a restarted controller or
+    agent can find the container again); `endpoint` is where the replica
+    serves `Workload.service_port` (an http:// base URL the proxy reaches);
+    `log_cursor` is the runtime's cursor after the last stored log line, from
+    which a restarted log follower resumes.
+    """
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="replica_runs")
+    attempt = models.PositiveIntegerField()
+    index = models.PositiveSmallIntegerField()
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="replica_runs")
+    name = models.CharField(max_length=200)
+    handle = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=16, choices=ReplicaState.choices, default=ReplicaState.LAUNCHING)
+    exit_code = models.IntegerField(null=True, blank=True)
+    message = models.TextField(blank=True)
+    endpoint = models.CharField(max_length=255, blank=True)
+    log_cursor = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["workload_id", "attempt", "index"]
+        indexes = [models.Index(fields=["node", "state"])]
+        constraints = [
+            models.UniqueConstraint(fields=["workload", "attempt", "index"], name="replica_unique_per_attempt"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class LogChunk(TenantOwnedModel):
+    """Consecutive output lines of a workload, numbered `first_seq`..`last_seq` (per workload, from 1).
+
+    `lines` is a list of `[seq, timestamp, stream, text, attempt, replica]`.
+    Chunks are written once and deleted by retention, never edited.
+    """
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="log_chunks")
+    first_seq = models.BigIntegerField()
+    last_seq = models.BigIntegerField()
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+    lines = models.JSONField(default=list)
+    size_bytes = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["workload_id", "first_seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["workload", "first_seq"], name="log_chunk_unique_start"),
+            models.CheckConstraint(condition=Q(last_seq__gte=F("first_seq")), name="log_chunk_seq_order"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workload_id}:{self.first_seq}-{self.last_seq}"
+
+
+class AllowedImage(models.Model):
+    """An image pattern operators allow: for one tenant, or for every tenant when `tenant` is empty.
+
+    `pattern` is an image reference with shell wildcards (`registry.local/pytorch:*`).
+    `notebook` marks images that can serve a Jupyter notebook session.
+    """
+
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, null=True, blank=True, related_name="allowed_images"
+    )
+    pattern = models.CharField(max_length=255)
+    notebook = models.BooleanField(default=False)
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant_id", "pattern"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "pattern"], condition=Q(tenant__isnull=False), name="allowed_image_unique_per_tenant"
+            ),
+            models.UniqueConstraint(
+                fields=["pattern"], condition=Q(tenant__isnull=True), name="allowed_image_unique_global"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.pattern
+
+
+class LaunchPreset(TenantOwnedModel):
+    """A tenant admin's ready-made launch: image, kind, resources and (notebooks) idle timeout."""
+
+    name = models.CharField(max_length=63)
+    description = models.CharField(max_length=200, blank=True)
+    kind = models.CharField(max_length=16, choices=WorkloadKind.choices, default=WorkloadKind.NOTEBOOK)
+    image = models.CharField(max_length=255)
+    command = models.JSONField(default=list, blank=True)
+    pool = models.ForeignKey("inventory.NodePool", on_delete=models.PROTECT, related_name="presets")
+    gpus_per_replica = models.PositiveSmallIntegerField(default=1)
+    replicas = models.PositiveSmallIntegerField(default=1)
+    cpu_milli = models.PositiveIntegerField(default=1000)
+    memory_mib = models.PositiveIntegerField(default=4096)
+    idle_timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
+    max_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="launch_preset_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name

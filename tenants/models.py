@@ -29,6 +29,13 @@ class Tenant(models.Model):
     name = models.CharField(max_length=120)
     description = models.TextField(blank=True, max_length=2000)
     is_active = models.BooleanField(default=True)
+    # Execution settings of the tenant's workloads; empty means the platform default from the settings.
+    notebook_idle_timeout_seconds = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(60), MaxValueValidator(MAX_RUNTIME_SECONDS)]
+    )
+    log_retention_days = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(3650)]
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -106,7 +106,7 @@ def test_the_transition_table() -> None:
     assert WORKLOAD_TRANSITIONS[WorkloadState.PENDING] == {WorkloadState.SCHEDULED, WorkloadState.CANCELLED}
     assert can_transition("preempted", "pending")
     assert not can_transition("pending", "running")
-    assert all(not WORKLOAD_TRANSITIONS[state] for state in TERMINAL_STATES)
+    assert all(WORKLOAD_TRANSITIONS[state] == {WorkloadState.PENDING} for state in TERMINAL_STATES)
     assert set(ACTIVE_STATES) == {WorkloadState.SCHEDULED, WorkloadState.STARTING, WorkloadState.RUNNING}
     assert set(WORKLOAD_TRANSITIONS) == set(WorkloadState)
 
