@@ -207,6 +207,8 @@ CELERY_BEAT_SCHEDULE = {
         "task": "inventory.heartbeat_simulated_nodes",
         "schedule": float(NODE_HEARTBEAT_SECONDS),
     },
+    "reconcile-workloads": {"task": "jobs.reconcile", "schedule": float(WORKLOAD_RECONCILE_SECONDS)},
+    "enforce-time-limits": {"task": "jobs.enforce_time_limits", "schedule": 10.0},
 }
 
 AUTHENTICATION_BACKENDS = ["tenants.backends.ThrottledModelBackend"]

@@ -37,8 +37,10 @@ TERMINAL_STATES: frozenset[WorkloadState] = frozenset({S.SUCCEEDED, S.FAILED, S.
 WORKLOAD_TRANSITIONS: dict[WorkloadState, frozenset[WorkloadState]] = {
     S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED}),
     S.SCHEDULED: frozenset({S.STARTING, S.PENDING, S.PREEMPTED, S.CANCELLED, S.FAILED, S.LOST}),
-    S.STARTING: frozenset({S.RUNNING, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST}),
+    # A replica can exit before its start report is processed: starting may go straight to succeeded.
+    S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST}),
+    # Preempted (or its node lost) and still stopping: it may also fail or be cancelled before it settles.
     S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED}),
     # Ended workloads move only by an explicit restart: a new attempt, back in the queue.
     S.SUCCEEDED: frozenset({S.PENDING}),

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from django.utils import timezone
 
 from jobs.scheduler.shell import run_pass
+from jobs.services import execution, reconcile, replicas, watchdog
 
 
 @shared_task(name="jobs.schedule_pass", ignore_result=True)
@@ -16,3 +18,69 @@ def schedule_pass() -> dict[str, Any] | None:
     if result is None:
         return None
     return {"placed": result.placed, "preempted": result.preempted, "waiting": result.waiting}
+
+
+@shared_task(name="jobs.launch_workloads", ignore_result=True)
+def launch_workloads(workload_ids: list[int]) -> int:
+    """Launch placed workloads on their nodes (after a pass commits); return how many replicas were sent."""
+    return execution.launch_workloads(workload_ids=workload_ids)
+
+
+@shared_task(name="jobs.replica_started", ignore_result=True)
+def replica_started(workload_id: int, attempt: int, replica: int, handle: dict[str, Any], endpoint: str = "") -> bool:
+    """An agent started (or adopted) a replica."""
+    return replicas.record_replica_started(
+        workload_id=workload_id, attempt=attempt, replica=replica, handle=handle, endpoint=endpoint
+    )
+
+
+@shared_task(name="jobs.replica_ready", ignore_result=True)
+def replica_ready(workload_id: int, attempt: int, replica: int) -> bool:
+    """A notebook's Jupyter server answered its status URL."""
+    return replicas.record_replica_ready(workload_id=workload_id, attempt=attempt, replica=replica)
+
+
+@shared_task(name="jobs.replica_exited", ignore_result=True)
+def replica_exited(
+    workload_id: int, attempt: int, replica: int, exit_code: int | None, message: str = "", launch_failed: bool = False
+) -> bool:
+    """A replica ended, was stopped, or could not be launched."""
+    return replicas.record_replica_exited(
+        workload_id=workload_id,
+        attempt=attempt,
+        replica=replica,
+        exit_code=exit_code,
+        message=message,
+        launch_failed=launch_failed,
+    )
+
+
+@shared_task(name="jobs.ingest_logs", ignore_result=True)
+def ingest_logs(workload_id: int, attempt: int, replica: int, since: str, cursor: str, lines: list[list[str]]) -> int:
+    """Store one chained batch of a replica's output (a replayed batch is dropped)."""
+    from jobs.services.logs import ingest_log_batch
+
+    return ingest_log_batch(
+        workload_id=workload_id, attempt=attempt, replica=replica, since=since, cursor=cursor, lines=lines
+    )
+
+
+@shared_task(name="jobs.node_replicas", ignore_result=True)
+def node_replicas(node: str, managed: list[dict[str, Any]]) -> dict[str, int]:
+    """An agent's list of the replicas its runtime manages: compare it with the ledger."""
+    return reconcile.reconcile_node(node=node, managed=managed)
+
+
+@shared_task(name="jobs.reconcile", ignore_result=True)
+def reconcile_workloads() -> dict[str, int]:
+    """Periodic: repair the ledger, ask every live node what it runs, handle lost nodes."""
+    counts = reconcile.reconcile_ledger()
+    counts["lost"] = watchdog.handle_lost_nodes()
+    counts["nodes_asked"] = reconcile.request_node_inventories()
+    return counts
+
+
+@shared_task(name="jobs.enforce_time_limits", ignore_result=True)
+def enforce_time_limits() -> dict[str, int]:
+    """Periodic: stop workloads past their maximum runtime, fail launches past the start timeout."""
+    return watchdog.enforce_time_limits(now=timezone.now())

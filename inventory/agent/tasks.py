@@ -7,6 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from inventory.agent.config import active_config
+from inventory.agent.executor import executor, report
 from inventory.agent.probe import probe_node as run_probe
 
 
@@ -14,3 +15,27 @@ from inventory.agent.probe import probe_node as run_probe
 def probe_node(request: dict[str, Any]) -> dict[str, Any]:
     """Probe this node for provisioning; return the report (never raises, errors are in the report)."""
     return run_probe(request, active_config())
+
+
+@shared_task(name="agent.start_replica", ignore_result=True)
+def start_replica(spec: dict[str, Any]) -> None:
+    """Start or adopt one replica and watch it (reports go to the controller)."""
+    executor().start(spec)
+
+
+@shared_task(name="agent.stop_replica", ignore_result=True)
+def stop_replica(**message: Any) -> None:
+    """Stop one replica with its grace period, remove it if asked, and report its exit."""
+    executor().stop(message)
+
+
+@shared_task(name="agent.watch_replica", ignore_result=True)
+def watch_replica(**message: Any) -> None:
+    """Watch a running replica again (after an agent or console restart), resuming its output."""
+    executor().watch(message)
+
+
+@shared_task(name="agent.list_replicas", ignore_result=True)
+def list_replicas(node: str, runtime: str) -> None:
+    """Report every replica this node's runtime manages, for reconcile."""
+    report("jobs.node_replicas", node=node, managed=executor().inventory(node=node, runtime=runtime))

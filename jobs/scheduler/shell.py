@@ -15,8 +15,9 @@ A pass is one transaction:
    error that rolls the whole pass back), then the reasons and queue
    positions of the workloads left waiting are written where they changed.
 
-Nothing is enqueued here yet: launching placed workloads belongs to the
-execution layer, which will hook in on commit.
+Once the pass commits, placed workloads are handed to execution
+(`jobs.launch_workloads`), and preempted ones that run are stopped by their
+nodes with their grace period (see `jobs.services.stopping`).
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ from django.utils import timezone
 
 from inventory.choices import GpuHealth, NodeState
 from inventory.models import Gpu, Node, NodePool
+from jobs import dispatch
 from jobs.choices import ACTIVE_STATES, PRIORITY_VALUES, WorkloadKind, WorkloadState
-from jobs.models import Allocation, Workload, WorkloadEvent
+from jobs.models import Allocation, Replica, Workload, WorkloadEvent
 from jobs.scheduler import core
+from jobs.services.stopping import LIVE_REPLICA_STATES, request_replica_stops
 from tenants.models import ProjectQuota, TenantQuota
 
 log = logging.getLogger(__name__)
@@ -341,40 +344,62 @@ def _project_quotas(pool_names: dict[int, str]) -> tuple[core.ProjectQuota, ...]
 
 
 def _commit(decisions: core.Decisions, ledger: _Ledger, now: datetime, result: PassResult) -> None:
-    _preempt(decisions.preemptions, ledger, now, result)
-    _place(decisions.placements, ledger, now, result)
+    held = _preempt(decisions.preemptions, ledger, now, result)
+    _place(decisions.placements, ledger, now, result, held)
     _record_waiting(decisions.waiting, ledger, result)
 
 
-def _preempt(preemptions: tuple[core.Preemption, ...], ledger: _Ledger, now: datetime, result: PassResult) -> None:
-    """Release the victims' GPUs and requeue them: batch jobs go back to pending with attempt + 1.
+def _preempt(preemptions: tuple[core.Preemption, ...], ledger: _Ledger, now: datetime, result: PassResult) -> set[str]:
+    """Preempt the victims; return the UUIDs of GPUs they hold until their nodes confirm they stopped.
 
-    Until the execution layer stops containers with a grace period, a
-    preempted workload has nothing running to stop, so the requeue is
-    immediate; its submission time is kept, so it keeps its place in order.
-    Notebooks are not restarted behind their owner's back: they end preempted.
+    A victim with replicas launched is marked preempted and handed to
+    execution, which stops it with its grace period and releases its GPUs
+    (and requeues a batch job) once the node confirms. A victim that never
+    launched has nothing to stop: its GPUs are released and a batch job is
+    requeued at once. Either way a requeued job keeps its submission time,
+    so it keeps its place in order. Notebooks are not restarted behind
+    their owner's back: they end preempted.
     """
     if not preemptions:
-        return
+        return set()
     victims = _lock_in_state([int(p.victim) for p in preemptions], ACTIVE_STATES)
-    Allocation.all_tenants.filter(workload_id__in=victims, released_at__isnull=True).update(released_at=now)
+    stopping = set(
+        Replica.all_tenants.filter(
+            workload_id__in=victims, attempt=F("workload__attempt"), state__in=LIVE_REPLICA_STATES
+        ).values_list("workload_id", flat=True)
+    )
+    held = set(
+        Allocation.all_tenants.filter(
+            workload_id__in=stopping, released_at__isnull=True, gpu__isnull=False
+        ).values_list("gpu__uuid", flat=True)
+    )
+    Allocation.all_tenants.filter(workload_id__in=victims - stopping, released_at__isnull=True).update(released_at=now)
     events: list[WorkloadEvent] = []
     for preemption in preemptions:
         if int(preemption.victim) not in victims:
             result.skipped += 1
             continue
         row = ledger.workloads[preemption.victim]
-        events += _requeue_or_end(row, preemption, now)
+        events += _requeue_or_end(row, preemption, now, stopping=row["id"] in stopping)
         result.preempted += 1
     WorkloadEvent.all_tenants.bulk_create(events)
+    for workload in Workload.all_tenants.select_related("pool").filter(pk__in=stopping):
+        request_replica_stops(workload)
+    return held
 
 
-def _requeue_or_end(row: Row, preemption: core.Preemption, now: datetime) -> list[WorkloadEvent]:
+def _requeue_or_end(row: Row, preemption: core.Preemption, now: datetime, *, stopping: bool) -> list[WorkloadEvent]:
     code, message = preemption.reason.value, _preemption_message(preemption)
     preempted = _event(row, row["state"], WorkloadState.PREEMPTED, code, message, now)
     victim = Workload.all_tenants.filter(pk=row["id"])
-    if row["kind"] != WorkloadKind.JOB:
-        victim.update(state=WorkloadState.PREEMPTED, reason_code=code, reason_message=message, finished_at=now)
+    if stopping or row["kind"] != WorkloadKind.JOB:
+        victim.update(
+            state=WorkloadState.PREEMPTED,
+            reason_code=code,
+            reason_message=message,
+            finished_at=now,
+            stop_requested_at=now if stopping else None,
+        )
         return [preempted]
     victim.update(
         state=WorkloadState.PENDING,
@@ -407,16 +432,27 @@ def _lock_in_state(ids: list[int], states: Iterable[str]) -> set[int]:
 
 
 def _place(
-    placements: Mapping[str, tuple[core.ReplicaAllocation, ...]], ledger: _Ledger, now: datetime, result: PassResult
+    placements: Mapping[str, tuple[core.ReplicaAllocation, ...]],
+    ledger: _Ledger,
+    now: datetime,
+    result: PassResult,
+    held: set[str],
 ) -> None:
-    """Move placed workloads from pending to scheduled and record their allocations.
+    """Move placed workloads from pending to scheduled, record their allocations, and launch them on commit.
 
     A workload that left `pending` since the snapshot (cancelled) is skipped;
-    its capacity is simply unused until the next pass.
+    so is one placed on GPUs that preempted work still holds while it stops
+    (a later pass places it once they are released). Skipped capacity is
+    simply unused until the next pass.
     """
     if not placements:
         return
-    placed = _lock_in_state([int(key) for key in placements], [WorkloadState.PENDING])
+    ready = [
+        int(key)
+        for key, replicas in placements.items()
+        if not any(uuid in held for replica in replicas for uuid in replica.gpu_uuids)
+    ]
+    placed = _lock_in_state(ready, [WorkloadState.PENDING])
     result.skipped += len(placements) - len(placed)
     Workload.all_tenants.filter(pk__in=placed).update(
         state=WorkloadState.SCHEDULED,
@@ -437,6 +473,7 @@ def _place(
     Allocation.all_tenants.bulk_create(allocations, batch_size=1000)
     WorkloadEvent.all_tenants.bulk_create(events, batch_size=1000)
     result.placed = len(placed)
+    dispatch.launch_on_commit(placed)
 
 
 def _allocations(

@@ -1,12 +1,14 @@
-"""All writes of the jobs app: submission, cancellation and compare-and-swap state changes.
+"""All writes of the jobs app: submission, execution (launch, reports, stop, restart), compare-and-swap state changes.
 
 Every function is typed and keyword-only, runs in one transaction and says
 in its docstring what it returns and raises. The scheduling shell
 (`jobs.scheduler.shell`) commits its own placements in bulk.
 """
 
-from jobs.services.lifecycle import CANCELLABLE_STATES, cancel_workload, release_allocations, transition_workload
+from jobs.services.actions import CANCELLABLE_STATES, cancel_workload, restart_workload
+from jobs.services.lifecycle import release_allocations, transition_workload
 from jobs.services.spec import WorkloadSpec
+from jobs.services.stopping import stop_workload
 from jobs.services.submission import Submission, submit, submit_workload, submit_workloads
 
 __all__ = [
@@ -15,6 +17,8 @@ __all__ = [
     "WorkloadSpec",
     "cancel_workload",
     "release_allocations",
+    "restart_workload",
+    "stop_workload",
     "submit",
     "submit_workload",
     "submit_workloads",

@@ -12,26 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from gpucloud.errors import Conflict
-from jobs.choices import ReasonCode, WorkloadState, can_transition
+from jobs.choices import WorkloadState, can_transition
 from jobs.models import Allocation, Workload, WorkloadEvent
-from jobs.triggers import request_scheduling_pass
-from tenants.choices import Role
-from tenants.context import Actor
-from tenants.services.access import require_role
-from tenants.services.audit import record_audit_event
-
-CANCELLABLE_STATES: tuple[WorkloadState, ...] = (
-    WorkloadState.PENDING,
-    WorkloadState.SCHEDULED,
-    WorkloadState.STARTING,
-    WorkloadState.RUNNING,
-    WorkloadState.PREEMPTED,
-)
 
 
 @transaction.atomic
@@ -88,44 +73,3 @@ def release_allocations(*, workload_id: int) -> int:
     return Allocation.all_tenants.filter(workload_id=workload_id, released_at__isnull=True).update(
         released_at=timezone.now()
     )
-
-
-@transaction.atomic
-def cancel_workload(*, actor: Actor, workload: Workload) -> Workload:
-    """Cancel `workload`, free its GPUs, and return it reloaded.
-
-    Members cancel their own workloads, tenant admins any in the tenant.
-    Raises PermissionDenied, Http404, or Conflict (`illegal_transition`, with
-    `current_state`) when the workload has already ended.
-    """
-    role = require_role(actor, workload.tenant, Role.MEMBER)
-    if not role.at_least(Role.ADMIN) and (actor.user is None or workload.owner_id != actor.user.pk):
-        raise PermissionDenied("Members can cancel only their own workloads.")
-    before = workload.state
-    cancelled = transition_workload(
-        workload_id=workload.pk,
-        from_states=CANCELLABLE_STATES,
-        to_state=WorkloadState.CANCELLED,
-        reason_code=ReasonCode.CANCELLED_BY_USER,
-        message=f"Cancelled by {actor.label}.",
-        finished_at=timezone.now(),
-        queue_position=None,
-    )
-    current = Workload.all_tenants.select_related("project", "pool", "owner").get(pk=workload.pk)
-    if not cancelled:
-        raise Conflict(
-            f"Workload {current.name} is {current.state}; only unfinished workloads can be cancelled.",
-            code="illegal_transition",
-            details={"current_state": current.state, "requested_state": WorkloadState.CANCELLED.value},
-        )
-    released = release_allocations(workload_id=workload.pk)
-    record_audit_event(
-        actor=actor,
-        action="workload.cancel",
-        obj=current,
-        tenant_id=current.tenant_id,
-        before={"state": before},
-        after={"state": current.state, "released_allocations": released},
-    )
-    request_scheduling_pass()
-    return current

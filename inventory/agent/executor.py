@@ -1,0 +1,345 @@
+"""The agent's side of execution: start, watch and stop replicas through the node's runtime.
+
+The controller sends JSON messages (`jobs.services.execution.replica_spec`,
+`jobs.services.stopping.stop_message`); this module turns them into driver
+calls and reports back with tasks on the `control` queue:
+
+- `jobs.replica_started` (handle, endpoint) once the runtime started or
+  adopted the replica;
+- `jobs.replica_ready` once a notebook's Jupyter answers its status URL;
+- `jobs.ingest_logs` with the output, in batches chained by the runtime's
+  log cursor (`since` -> `cursor`), so a redelivered batch is dropped and a
+  restarted watcher resumes exactly where the ledger stopped;
+- `jobs.replica_exited` with the exit code when the replica ends (or when it
+  could not be launched at all).
+
+One watcher thread follows each replica; a second `watch` for a replica
+already watched is a no-op. A replica stopped before its start message
+arrived (the queue has several worker threads) is remembered, and the late
+start is answered with an exit instead of a new container.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from inventory.agent.config import AgentConfig, active_config, config_from_settings
+from inventory.drivers import make_runtime
+from inventory.drivers.base import (
+    DriverError,
+    DriverTimeout,
+    Handle,
+    PermanentDriverError,
+    RemovableRuntime,
+    Resources,
+    Runtime,
+    WorkloadSpec,
+)
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT = 120.0
+CALL_TIMEOUT = 30.0
+FOLLOW_TIMEOUT = 300.0
+# Output is shipped when this many lines are waiting or this many seconds passed since the first of them.
+BATCH_LINES = 500
+BATCH_SECONDS = 0.2
+READY_TIMEOUT = 600.0
+_REMEMBERED_STOPS = 10_000
+
+
+def report(task: str, **kwargs: Any) -> None:
+    """Send one report to the controller (queue `control`); the broker keeps it while the controller is down."""
+    from gpucloud.celery import app
+
+    app.send_task(task, kwargs=kwargs, queue="control")
+
+
+@dataclass(frozen=True)
+class ReplicaRef:
+    """Which replica a message is about, and where reports about it go."""
+
+    node: str
+    runtime: str
+    name: str
+    workload_id: int
+    attempt: int
+    replica: int
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> ReplicaRef:
+        return cls(
+            node=str(message["node"]),
+            runtime=str(message["runtime"]),
+            name=str(message["name"]),
+            workload_id=int(message["workload_id"]),
+            attempt=int(message["attempt"]),
+            replica=int(message["replica"]),
+        )
+
+    def ids(self) -> dict[str, int]:
+        return {"workload_id": self.workload_id, "attempt": self.attempt, "replica": self.replica}
+
+
+class Executor:
+    """Drives the runtimes of the nodes whose messages this process receives (one node, or simulated ones)."""
+
+    def __init__(self, config: AgentConfig | None = None) -> None:
+        self._config = config
+        self._runtimes: dict[tuple[str, str], Runtime] = {}
+        self._watchers: dict[str, threading.Thread] = {}
+        self._stopped: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def runtime(self, kind: str, node: str) -> Runtime:
+        """Return (and keep) the runtime of `kind` for `node`."""
+        with self._lock:
+            key = (kind, node)
+            if key not in self._runtimes:
+                config = self._config or active_config() or config_from_settings(node)
+                self._runtimes[key] = make_runtime(
+                    kind,
+                    node_name=node,
+                    work_dir=config.work_dir,
+                    process_enabled=config.process_enabled,
+                    docker_url=config.docker_url,
+                    pull_images=config.pull_images,
+                )
+            return self._runtimes[key]
+
+    # --- start ---------------------------------------------------------------
+
+    def start(self, spec: dict[str, Any]) -> None:
+        """Start (or adopt) the replica `spec` describes, report it, and watch it until it ends."""
+        ref = ReplicaRef.from_message(spec)
+        if self._was_stopped(ref.name):
+            report("jobs.replica_exited", **ref.ids(), exit_code=None, message="Stopped before it started.")
+            return
+        try:
+            handle = self.runtime(ref.runtime, ref.node).start(driver_spec(spec), timeout=START_TIMEOUT)
+        except DriverError as error:
+            # A permanent refusal (bad image, refused spec) will not improve; a transient one already
+            # waited its timeout. Either way the controller decides (fail the gang), not a retry loop here.
+            log.warning("starting %s failed: %s", ref.name, error)
+            report("jobs.replica_exited", **ref.ids(), exit_code=None, message=str(error), launch_failed=True)
+            return
+        self.watch_handle(
+            ref, handle, log_cursor="", ready_path=spec.get("ready_path") or "", secret=spec.get("secret") or ""
+        )
+
+    def watch(self, message: dict[str, Any]) -> None:
+        """Watch a replica the controller believes runs (reconcile), resuming its output at `log_cursor`."""
+        ref = ReplicaRef.from_message(message)
+        handle = message.get("handle") or {}
+        if not handle:
+            return
+        self.watch_handle(
+            ref,
+            handle,
+            log_cursor=message.get("log_cursor") or "",
+            ready_path=message.get("ready_path") or "",
+            secret=message.get("secret") or "",
+        )
+
+    def watch_handle(self, ref: ReplicaRef, handle: Handle, *, log_cursor: str, ready_path: str, secret: str) -> None:
+        """Report the replica started and follow it on a thread of its own, unless one already does."""
+        with self._lock:
+            current = self._watchers.get(ref.name)
+            if current is not None and current.is_alive():
+                return
+            watcher = _Watcher(self, ref, handle, log_cursor, ready_path, secret)
+            thread = threading.Thread(target=watcher.run, name=f"watch-{ref.name}", daemon=True)
+            self._watchers[ref.name] = thread
+        report("jobs.replica_started", **ref.ids(), handle=handle, endpoint=str(handle.get("endpoint") or ""))
+        thread.start()
+
+    # --- stop ------------------------------------------------------------------
+
+    def stop(self, message: dict[str, Any]) -> None:
+        """Stop the replica (SIGTERM, grace, SIGKILL), remove it if asked, and report its exit."""
+        ref = ReplicaRef.from_message(message)
+        self._remember_stop(ref.name)
+        runtime = self.runtime(ref.runtime, ref.node)
+        handle = message.get("handle") or self._find(runtime, ref.name)
+        if not handle:
+            report("jobs.replica_exited", **ref.ids(), exit_code=None, message="It was not running on the node.")
+            return
+        status = runtime.stop(handle, grace_seconds=float(message.get("grace_seconds", 30)), timeout=CALL_TIMEOUT)
+        watcher = self._watchers.get(ref.name)
+        if watcher is not None and watcher.is_alive():
+            watcher.join(timeout=10)  # lets the watcher ship the last lines and report the exit itself
+        report("jobs.replica_exited", **ref.ids(), exit_code=status.exit_code, message=status.message or "Stopped.")
+        if message.get("remove") and isinstance(runtime, RemovableRuntime):
+            runtime.remove(handle, timeout=CALL_TIMEOUT)
+
+    def _find(self, runtime: Runtime, name: str) -> Handle:
+        for managed in runtime.list_managed(timeout=CALL_TIMEOUT):
+            if managed.name == name:
+                return managed.handle
+        return {}
+
+    def _remember_stop(self, name: str) -> None:
+        with self._lock:
+            self._stopped[name] = None
+            while len(self._stopped) > _REMEMBERED_STOPS:
+                self._stopped.popitem(last=False)
+
+    def _was_stopped(self, name: str) -> bool:
+        with self._lock:
+            return name in self._stopped
+
+    # --- reconcile -------------------------------------------------------------
+
+    def inventory(self, *, node: str, runtime: str) -> list[dict[str, Any]]:
+        """Return every replica the node's runtime manages, as JSON for `jobs.node_replicas`."""
+        return [
+            {
+                "name": m.name,
+                "workload_id": m.workload_id,
+                "attempt": m.attempt,
+                "replica": m.replica,
+                "state": m.state,
+                "handle": m.handle,
+            }
+            for m in self.runtime(runtime, node).list_managed(timeout=CALL_TIMEOUT)
+        ]
+
+
+def driver_spec(spec: dict[str, Any]) -> WorkloadSpec:
+    """Return the driver's `WorkloadSpec` for the controller's JSON `spec`."""
+    return WorkloadSpec(
+        name=str(spec["name"]),
+        workload_id=str(spec["workload_id"]),
+        tenant=str(spec["tenant"]),
+        attempt=int(spec["attempt"]),
+        image=str(spec["image"]),
+        command=[str(part) for part in spec.get("command") or []],
+        env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
+        gpu_uuids=[str(u) for u in spec.get("gpu_uuids") or []],
+        resources=Resources(cpus=float(spec.get("cpus", 1.0)), memory_mb=int(spec.get("memory_mb", 1024))),
+        replica=int(spec.get("replica", 0)),
+        service_port=spec.get("service_port"),
+        service_port_env=str(spec.get("service_port_env") or ""),
+    )
+
+
+class _Watcher:
+    """Follows one replica: ships its output in chained batches, waits for readiness, reports its exit."""
+
+    def __init__(
+        self, executor: Executor, ref: ReplicaRef, handle: Handle, cursor: str, ready_path: str, secret: str
+    ) -> None:
+        self.executor = executor
+        self.ref = ref
+        self.handle = handle
+        self.cursor = cursor
+        self.ready_path = ready_path
+        self.secret = secret
+        self.lines: queue.Queue[tuple[str, str, str, str] | None] = queue.Queue()
+
+    def run(self) -> None:
+        runtime = self.executor.runtime(self.ref.runtime, self.ref.node)
+        if self.ready_path and self.handle.get("endpoint"):
+            threading.Thread(target=self._await_ready, name=f"ready-{self.ref.name}", daemon=True).start()
+        reader = threading.Thread(target=self._read, args=(runtime,), name=f"logs-{self.ref.name}", daemon=True)
+        reader.start()
+        self._ship()
+        try:
+            status = runtime.poll(self.handle, timeout=CALL_TIMEOUT)
+        except DriverError as error:
+            log.warning("polling %s after its output ended failed: %s", self.ref.name, error)
+            return  # reconcile watches it again
+        if status.state in ("exited", "missing"):
+            message = "" if status.state == "exited" else "Its container is gone."
+            report(
+                "jobs.replica_exited", **self.ref.ids(), exit_code=status.exit_code, message=status.message or message
+            )
+
+    def _read(self, runtime: Runtime) -> None:
+        """Put every output line on the queue until the replica ends; None marks the end."""
+        try:
+            while True:
+                try:
+                    for line in runtime.logs(
+                        self.handle, since=self.cursor or None, follow=True, timeout=FOLLOW_TIMEOUT
+                    ):
+                        self.lines.put((line.timestamp, line.stream, line.text, line.cursor))
+                    return
+                except DriverTimeout:
+                    continue  # still running: follow on from the last line read
+        except PermanentDriverError as error:
+            log.info("output of %s is not available: %s", self.ref.name, error)
+        except DriverError as error:
+            log.warning("following %s failed: %s", self.ref.name, error)
+        finally:
+            self.lines.put(None)
+
+    def _ship(self) -> None:
+        """Send the queued lines in batches (full, or BATCH_SECONDS after their first line) until the end mark."""
+        batch: list[tuple[str, str, str, str]] = []
+        deadline: float | None = None
+        while True:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            try:
+                item = self.lines.get(timeout=wait)
+            except queue.Empty:
+                self._send(batch)
+                batch, deadline = [], None
+                continue
+            if item is None:
+                if batch:
+                    self._send(batch)
+                return
+            batch.append(item)
+            deadline = deadline if deadline is not None else time.monotonic() + BATCH_SECONDS
+            if len(batch) >= BATCH_LINES:
+                self._send(batch)
+                batch, deadline = [], None
+
+    def _send(self, batch: list[tuple[str, str, str, str]]) -> None:
+        since, self.cursor = self.cursor, batch[-1][3]
+        report(
+            "jobs.ingest_logs",
+            **self.ref.ids(),
+            since=since,
+            cursor=self.cursor,
+            lines=[[stamp, stream, text] for stamp, stream, text, _ in batch],
+        )
+
+    def _await_ready(self) -> None:
+        """Poll the service's status URL with the session's token until it answers 200, then report ready."""
+        url = str(self.handle["endpoint"]).rstrip("/") + self.ready_path
+        request = urllib.request.Request(url, headers={"Authorization": f"token {self.secret}"})  # noqa: S310 -- http only
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310 -- our own endpoint
+                    if response.status == 200:
+                        report("jobs.replica_ready", **self.ref.ids())
+                        return
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            if not self.executor._watchers.get(self.ref.name, threading.current_thread()).is_alive():
+                return
+            time.sleep(0.1)
+
+
+_executor: Executor | None = None
+_executor_lock = threading.Lock()
+
+
+def executor() -> Executor:
+    """Return this process's executor (one per process: the agent's, or the controller's for simulated nodes)."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = Executor()
+        return _executor

@@ -1,0 +1,133 @@
+"""What users do to their workloads: cancel (or stop) and restart.
+
+Members act on their own workloads, tenant admins on any in the tenant;
+viewers never. Every action is audited.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from gpucloud.errors import Conflict
+from jobs.choices import ACTIVE_STATES, TERMINAL_STATES, ReasonCode, WorkloadState
+from jobs.models import Allocation, Workload
+from jobs.services.lifecycle import transition_workload
+from jobs.services.stopping import stop_workload
+from jobs.triggers import request_scheduling_pass
+from tenants.choices import Role
+from tenants.context import Actor
+from tenants.services.access import require_role
+from tenants.services.audit import record_audit_event
+
+CANCELLABLE_STATES: tuple[WorkloadState, ...] = (
+    WorkloadState.PENDING,
+    WorkloadState.SCHEDULED,
+    WorkloadState.STARTING,
+    WorkloadState.RUNNING,
+    WorkloadState.PREEMPTED,
+)
+RESTARTABLE_STATES: tuple[WorkloadState, ...] = (*TERMINAL_STATES, WorkloadState.PREEMPTED)
+
+
+def _require_actor(actor: Actor, workload: Workload) -> None:
+    role = require_role(actor, workload.tenant, Role.MEMBER)
+    if not role.at_least(Role.ADMIN) and (actor.user is None or workload.owner_id != actor.user.pk):
+        raise PermissionDenied("Members can act only on their own workloads.")
+
+
+def _reloaded(workload: Workload) -> Workload:
+    return Workload.all_tenants.select_related("project", "pool", "owner").get(pk=workload.pk)
+
+
+@transaction.atomic
+def cancel_workload(*, actor: Actor, workload: Workload) -> Workload:
+    """Cancel `workload` (stop it, with its grace period, when it runs) and return it reloaded.
+
+    Its GPUs are freed once its node confirms the replicas stopped (at once
+    when nothing was launched). Raises PermissionDenied, Http404, or
+    Conflict (`illegal_transition`, with `current_state`) when it has ended.
+    """
+    _require_actor(actor, workload)
+    before = workload.state
+    running = before in ACTIVE_STATES and before != WorkloadState.SCHEDULED
+    verb = "Stopped" if running else "Cancelled"
+    moved = stop_workload(
+        workload_id=workload.pk,
+        from_states=CANCELLABLE_STATES,
+        to_state=WorkloadState.CANCELLED,
+        reason_code=ReasonCode.STOPPED_BY_USER if running else ReasonCode.CANCELLED_BY_USER,
+        message=f"{verb} by {actor.label}.",
+    )
+    current = _reloaded(workload)
+    if not moved:
+        raise Conflict(
+            f"Workload {current.name} is {current.state}; only unfinished workloads can be cancelled.",
+            code="illegal_transition",
+            details={"current_state": current.state, "requested_state": WorkloadState.CANCELLED.value},
+        )
+    record_audit_event(
+        actor=actor,
+        action="workload.cancel",
+        obj=current,
+        tenant_id=current.tenant_id,
+        before={"state": before},
+        after={"state": current.state},
+    )
+    request_scheduling_pass()
+    return current
+
+
+@transaction.atomic
+def restart_workload(*, actor: Actor, workload: Workload) -> Workload:
+    """Queue an ended workload again as a new attempt (same spec, a new place in the queue); return it reloaded.
+
+    Raises PermissionDenied, Http404, or Conflict: `illegal_transition` when
+    it has not ended, `still_stopping` while its last attempt still holds GPUs.
+    """
+    _require_actor(actor, workload)
+    if Allocation.all_tenants.filter(workload_id=workload.pk, released_at__isnull=True).exists():
+        raise Conflict(
+            f"Workload {workload.name} is still stopping; restart it once its GPUs are released.",
+            code="still_stopping",
+        )
+    before = workload.state
+    now = timezone.now()
+    moved = transition_workload(
+        workload_id=workload.pk,
+        from_states=RESTARTABLE_STATES,
+        to_state=WorkloadState.PENDING,
+        reason_code=ReasonCode.RESTARTED,
+        message=f"Restarted by {actor.label} as attempt {workload.attempt + 1}.",
+        attempt=F("attempt") + 1,
+        submitted_at=now,
+        reason_hint="",
+        queue_position=None,
+        scheduled_at=None,
+        started_at=None,
+        finished_at=None,
+        exit_code=None,
+        session_secret="",
+        stop_requested_at=None,
+        idle_warned_at=None,
+        idle_extended_at=None,
+    )
+    current = _reloaded(workload)
+    if not moved:
+        raise Conflict(
+            f"Workload {current.name} is {current.state}; only ended workloads can be restarted.",
+            code="illegal_transition",
+            details={"current_state": current.state, "requested_state": WorkloadState.PENDING.value},
+        )
+    record_audit_event(
+        actor=actor,
+        action="workload.restart",
+        obj=current,
+        tenant_id=current.tenant_id,
+        before={"state": before, "attempt": current.attempt - 1},
+        after={"state": current.state, "attempt": current.attempt},
+    )
+    request_scheduling_pass()
+    return current

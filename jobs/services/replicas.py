@@ -1,0 +1,155 @@
+"""What the agents report about replicas: started, ready (notebooks), exited.
+
+Each report is idempotent and safe out of order: a duplicate changes
+nothing; a report about an attempt the ledger no longer runs (cancelled,
+preempted, superseded) makes the controller ask the node to stop that
+replica instead of reviving the workload.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from jobs import dispatch
+from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
+from jobs.models import Allocation, Replica, ReplicaState, Workload
+from jobs.services.lifecycle import transition_workload
+from jobs.services.stopping import grace_seconds, settle_workload, stop_message, stop_workload
+
+log = logging.getLogger(__name__)
+
+_LIVE = (WorkloadState.STARTING, WorkloadState.RUNNING)
+
+
+def _locked_replica(workload_id: int, attempt: int, index: int) -> Replica | None:
+    return (
+        Replica.all_tenants.select_for_update()
+        .select_related("node", "workload__pool")
+        .filter(workload_id=workload_id, attempt=attempt, index=index)
+        .first()
+    )
+
+
+def _current(replica: Replica) -> bool:
+    """Return whether `replica` belongs to the attempt its workload is running now."""
+    workload = replica.workload
+    return workload.attempt == replica.attempt and workload.state in _LIVE
+
+
+@transaction.atomic
+def record_replica_started(*, workload_id: int, attempt: int, replica: int, handle: dict, endpoint: str = "") -> bool:
+    """Record that the node started the replica; return whether the workload still wants it running.
+
+    A replica of an attempt that is no longer running is stopped again at once.
+    """
+    row = _locked_replica(workload_id, attempt, replica)
+    if row is None:
+        log.warning("start reported for unknown replica %s/%s/%s", workload_id, attempt, replica)
+        return False
+    if row.state == ReplicaState.LAUNCHING:
+        row.state, row.handle, row.endpoint, row.started_at = ReplicaState.RUNNING, handle, endpoint, timezone.now()
+        row.save(update_fields=["state", "handle", "endpoint", "started_at"])
+    if not _current(row):
+        grace = grace_seconds(row.workload)
+        dispatch.send_on_commit(dispatch.STOP_REPLICA, queue=row.node.agent_queue, kwargs=stop_message(row, grace))
+        return False
+    _running_when_complete(row.workload)
+    return True
+
+
+@transaction.atomic
+def record_replica_ready(*, workload_id: int, attempt: int, replica: int) -> bool:
+    """Record that the replica's service answered (Jupyter's status endpoint); return whether it was new."""
+    row = _locked_replica(workload_id, attempt, replica)
+    if row is None or row.ready_at is not None:
+        return False
+    row.ready_at = timezone.now()
+    row.save(update_fields=["ready_at"])
+    if _current(row):
+        _running_when_complete(row.workload)
+    return True
+
+
+def _running_when_complete(workload: Workload) -> None:
+    """Move a starting workload to running once every replica runs (and a notebook's Jupyter answered)."""
+    if workload.state != WorkloadState.STARTING:
+        return
+    rows = list(Replica.all_tenants.filter(workload=workload, attempt=workload.attempt).select_related("node"))
+    if not rows or any(row.state != ReplicaState.RUNNING for row in rows):
+        return
+    if workload.kind == WorkloadKind.NOTEBOOK and not all(row.ready_at for row in rows if row.index == 0):
+        return
+    nodes = sorted({row.node.name for row in rows})
+    transition_workload(
+        workload_id=workload.pk,
+        from_states=[WorkloadState.STARTING],
+        to_state=WorkloadState.RUNNING,
+        message=f"Running on {', '.join(nodes)}.",
+        started_at=timezone.now(),
+        last_activity_at=timezone.now(),
+    )
+
+
+@transaction.atomic
+def record_replica_exited(
+    *,
+    workload_id: int,
+    attempt: int,
+    replica: int,
+    exit_code: int | None,
+    message: str = "",
+    launch_failed: bool = False,
+) -> bool:
+    """Record that the replica ended (or could not be launched); return whether this report was new.
+
+    The replica's GPUs are released. A failing replica fails the whole gang
+    (the others are stopped); the last replica exiting with 0 completes it;
+    a workload already being stopped settles once its last replica is gone.
+    """
+    row = _locked_replica(workload_id, attempt, replica)
+    if row is None or row.state in (ReplicaState.EXITED, ReplicaState.LOST):
+        return False
+    row.state, row.exit_code, row.finished_at = ReplicaState.EXITED, exit_code, timezone.now()
+    row.message = message[:2000]
+    row.save(update_fields=["state", "exit_code", "finished_at", "message"])
+    workload = row.workload
+    if workload.attempt == attempt:
+        Allocation.all_tenants.filter(workload_id=workload_id, replica=replica, released_at__isnull=True).update(
+            released_at=row.finished_at
+        )
+    if _current(row):
+        _outcome(workload, row, launch_failed)
+    settle_workload(workload_id=workload_id)
+    return True
+
+
+def _outcome(workload: Workload, row: Replica, launch_failed: bool) -> None:
+    """Decide what one replica's exit means for its live workload."""
+    if launch_failed or row.exit_code != 0:
+        code = ReasonCode.LAUNCH_FAILED if launch_failed else ReasonCode.EXIT_NONZERO
+        what = f"could not be launched: {row.message}" if launch_failed else f"exited with code {row.exit_code}"
+        gang = " The other replicas are stopped." if workload.replicas > 1 else ""
+        stop_workload(
+            workload_id=workload.pk,
+            from_states=_LIVE,
+            to_state=WorkloadState.FAILED,
+            reason_code=code,
+            message=f"Replica {row.index} {what}.{gang}",
+            exit_code=row.exit_code,
+        )
+        return
+    others = Replica.all_tenants.filter(workload=workload, attempt=workload.attempt).exclude(pk=row.pk)
+    if others.exclude(state=ReplicaState.EXITED).exists():
+        return
+    transition_workload(
+        workload_id=workload.pk,
+        from_states=_LIVE,
+        to_state=WorkloadState.SUCCEEDED,
+        reason_code=ReasonCode.EXITED,
+        message="Completed: every replica exited with code 0.",
+        exit_code=0,
+        finished_at=timezone.now(),
+    )

@@ -1,0 +1,123 @@
+"""Periodic rules over live workloads: maximum runtime, start timeout, lost nodes.
+
+Each rule reads the ledger set-based, then stops the workloads it picked one
+by one through `stop_workload` (a compare-and-swap each, so running the
+same rule twice at once stops nothing twice).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from inventory.choices import NodeState
+from jobs.choices import ACTIVE_STATES, ReasonCode, WorkloadKind, WorkloadState
+from jobs.models import Replica, ReplicaState, Workload
+from jobs.services.stopping import (
+    LIVE_REPLICA_STATES,
+    STOPPABLE_STATES,
+    node_lost_requeues,
+    settle_workload,
+    stop_workload,
+)
+
+
+def enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
+    """Fail running workloads past their maximum runtime and launches stuck past the start timeout; return counts."""
+    moment = now or timezone.now()
+    over = 0
+    running = Workload.all_tenants.filter(state=WorkloadState.RUNNING, max_runtime_seconds__isnull=False)
+    for workload in running.only("pk", "started_at", "max_runtime_seconds"):
+        limit = workload.max_runtime_seconds or 0
+        if workload.started_at and moment - workload.started_at >= timedelta(seconds=limit):
+            over += stop_workload(
+                workload_id=workload.pk,
+                from_states=(WorkloadState.RUNNING,),
+                to_state=WorkloadState.FAILED,
+                reason_code=ReasonCode.MAX_RUNTIME,
+                message=f"Stopped: it reached its maximum runtime of {_duration(limit)}.",
+            )
+    cutoff = moment - timedelta(seconds=settings.WORKLOAD_START_TIMEOUT_SECONDS)
+    stuck = Workload.all_tenants.filter(
+        state__in=[WorkloadState.SCHEDULED, WorkloadState.STARTING], scheduled_at__lt=cutoff
+    ).values_list("pk", flat=True)
+    timed_out = sum(
+        stop_workload(
+            workload_id=pk,
+            from_states=(WorkloadState.SCHEDULED, WorkloadState.STARTING),
+            to_state=WorkloadState.FAILED,
+            reason_code=ReasonCode.START_TIMEOUT,
+            message=f"Failed: it did not start within {_duration(settings.WORKLOAD_START_TIMEOUT_SECONDS)}.",
+        )
+        for pk in list(stuck)
+    )
+    return {"max_runtime": over, "start_timeout": timed_out}
+
+
+def _duration(seconds: int) -> str:
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
+def handle_lost_nodes() -> int:
+    """Deal with the work of unreachable nodes; return how many workloads were affected.
+
+    Their replicas are marked lost and their GPUs released (nothing can be
+    stopped there). A batch job goes back to the queue up to its requeue
+    limit, then fails with NODE_LOST; a notebook is marked lost and its
+    owner told: it is never restarted behind their back. Replicas of the
+    same gang on healthy nodes are stopped.
+    """
+    lost = list(
+        Replica.all_tenants.filter(node__state=NodeState.UNREACHABLE, state__in=LIVE_REPLICA_STATES)
+        .select_related("node")
+        .order_by("workload_id", "index")
+    )
+    affected = 0
+    for workload_id in sorted({replica.workload_id for replica in lost}):
+        nodes = sorted({r.node.name for r in lost if r.workload_id == workload_id})
+        affected += _lose(workload_id, [r for r in lost if r.workload_id == workload_id], nodes)
+    return affected
+
+
+@transaction.atomic
+def _lose(workload_id: int, replicas: list[Replica], nodes: list[str]) -> int:
+    workload = Workload.all_tenants.select_for_update().filter(pk=workload_id).first()
+    if workload is None:
+        return 0
+    now = timezone.now()
+    Replica.all_tenants.filter(pk__in=[r.pk for r in replicas], state__in=LIVE_REPLICA_STATES).update(
+        state=ReplicaState.LOST, finished_at=now, message="The node stopped answering."
+    )
+    from jobs.models import Allocation  # the allocations on the lost nodes: their GPUs are gone with them
+
+    Allocation.all_tenants.filter(workload_id=workload_id, node__name__in=nodes, released_at__isnull=True).update(
+        released_at=now
+    )
+    where = ", ".join(nodes)
+    if workload.attempt != replicas[0].attempt or workload.state not in ACTIVE_STATES:
+        settle_workload(workload_id=workload_id)
+        return 1
+    if workload.kind == WorkloadKind.NOTEBOOK:
+        target, message = WorkloadState.LOST, f"Node {where} was lost; the notebook session ended with it."
+    elif node_lost_requeues(workload_id) < workload.requeue_limit:
+        done = node_lost_requeues(workload_id) + 1
+        target = WorkloadState.PREEMPTED
+        message = f"Node {where} was lost; requeued (requeue {done} of {workload.requeue_limit})."
+    else:
+        target = WorkloadState.FAILED
+        message = f"Node {where} was lost and the job used all {workload.requeue_limit} requeues."
+    stop_workload(
+        workload_id=workload_id,
+        from_states=STOPPABLE_STATES,
+        to_state=target,
+        reason_code=ReasonCode.NODE_LOST,
+        message=message,
+    )
+    return 1
