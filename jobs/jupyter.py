@@ -1,0 +1,90 @@
+"""What a notebook session's Jupyter server says about its own activity.
+
+The idle reclaim (`jobs.services.idle`) asks each running notebook's Jupyter
+server, with the session's token, whether anything happened lately. It
+depends only on the `ActivitySource` protocol, so tests can drive it with
+fakes that are slow, unreachable or busy; `JupyterClient` is the real one
+(jupyter_server's REST API: `/api/status` and `/api/kernels`).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+# Seconds one request to a notebook's Jupyter server may take: the check visits every running
+# notebook, so a hung server must not hold up the others for long.
+REQUEST_TIMEOUT_SECONDS = 3.0
+
+
+class JupyterUnavailable(Exception):
+    """The Jupyter server did not answer, refused the token, or answered something unreadable."""
+
+
+@dataclass(frozen=True)
+class JupyterActivity:
+    """Jupyter's own view: when it last saw activity (API, kernels, terminals), and its kernels' states."""
+
+    last_activity: datetime | None
+    kernels: int
+    busy_kernels: int
+    connections: int
+
+
+class ActivitySource(Protocol):
+    def activity(self, *, endpoint: str, workload_id: int, token: str) -> JupyterActivity:
+        """Return the activity of the notebook served at `endpoint`; raises JupyterUnavailable."""
+        ...
+
+
+def parse_time(value: Any) -> datetime | None:
+    """Return Jupyter's ISO 8601 timestamp as an aware datetime (UTC when it names no zone), or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def activity_from(status: dict[str, Any], kernels: list[dict[str, Any]]) -> JupyterActivity:
+    """Return the activity that `/api/status` and `/api/kernels` answers describe."""
+    stamps = [parse_time(status.get("last_activity"))] + [parse_time(k.get("last_activity")) for k in kernels]
+    known = [stamp for stamp in stamps if stamp is not None]
+    return JupyterActivity(
+        last_activity=max(known) if known else None,
+        kernels=len(kernels),
+        busy_kernels=sum(1 for kernel in kernels if kernel.get("execution_state") == "busy"),
+        connections=int(status.get("connections") or 0),
+    )
+
+
+class JupyterClient:
+    """Reads a notebook's activity over HTTP from its Jupyter server (base URL `/notebooks/<id>/`)."""
+
+    def __init__(self, *, timeout: float = REQUEST_TIMEOUT_SECONDS) -> None:
+        self.timeout = timeout
+
+    def activity(self, *, endpoint: str, workload_id: int, token: str) -> JupyterActivity:
+        """Return the notebook's activity; raises JupyterUnavailable when the server does not answer properly."""
+        base = f"{endpoint.rstrip('/')}/notebooks/{workload_id}/api"
+        status = self._get(f"{base}/status", token)
+        # Our own polling must not count as the user's activity: Jupyter honours this flag.
+        kernels = self._get(f"{base}/kernels?no_track_activity=1", token)
+        if not isinstance(status, dict) or not isinstance(kernels, list):
+            raise JupyterUnavailable("unexpected answer shape from the Jupyter API")
+        return activity_from(status, [k for k in kernels if isinstance(k, dict)])
+
+    def _get(self, url: str, token: str) -> Any:
+        if not url.startswith(("http://", "https://")):
+            raise JupyterUnavailable(f"not an http(s) endpoint: {url}")
+        request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})  # noqa: S310 -- scheme checked above
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 -- scheme checked above
+                return json.loads(response.read(1_000_000))
+        except (OSError, ValueError) as error:  # URLError, HTTPError and timeouts are OSErrors
+            raise JupyterUnavailable(f"{url}: {error}") from error

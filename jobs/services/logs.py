@@ -1,0 +1,222 @@
+"""Workload logs: storing the batches agents ship, and retention.
+
+Agents follow each replica's output and ship it in batches
+(`jobs.ingest_logs`). A batch names the cursor it starts after (`since`)
+and the cursor after its last line (`cursor`); the replica's `log_cursor`
+row is the end of the chain stored so far. A batch is stored only when it
+continues that chain, so a redelivered Celery task or an agent that resumed
+from an older cursor cannot store a line twice.
+
+Stored lines are numbered per workload (1, 2, ... across replicas and
+attempts) and kept as `LogChunk` rows of `[seq, timestamp, stream, text,
+attempt, replica]`; readers are in `jobs.selectors`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from jobs.models import LogChunk, Replica, Workload
+from tenants.models import Tenant
+
+log = logging.getLogger(__name__)
+
+STREAMS = frozenset({"stdout", "stderr"})
+# Lines longer than this many characters (16 Ki) keep their start and end around this marker.
+MAX_LINE_CHARS = 16 * 1024
+TRUNCATION_MARKER = " […truncated…] "
+# Replica.log_cursor's column width.
+MAX_CURSOR_CHARS = 100
+# Retention deletes this many chunks per statement, so no delete holds locks for long.
+PURGE_BATCH = 1000
+
+
+class LogBatchError(ValueError):
+    """A batch is malformed (a bug in the sender): nothing of it was stored."""
+
+
+class _ChainRace(Exception):
+    """Another ingest numbered lines between our read and our write: roll back and let the caller retry."""
+
+
+def truncate_line(text: str) -> str:
+    """Return `text`, or for a longer one than MAX_LINE_CHARS its head and tail around TRUNCATION_MARKER."""
+    if len(text) <= MAX_LINE_CHARS:
+        return text
+    keep = MAX_LINE_CHARS - len(TRUNCATION_MARKER)
+    head = keep * 3 // 4
+    return text[:head] + TRUNCATION_MARKER + text[len(text) - (keep - head) :]
+
+
+def _clean(text: str) -> tuple[str, int]:
+    """Return `text` as stored (truncated; NULs and lone surrogates replaced) and its UTF-8 size."""
+    text = truncate_line(text)
+    # Postgres's jsonb refuses NUL, and UTF-8 cannot carry a lone surrogate: either would fail
+    # the insert and stall the replica's chain for good, so both become U+FFFD.
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        return text, len(text.encode())
+    except UnicodeEncodeError:
+        text = "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in text)
+        return text, len(text.encode())
+
+
+def _parse_timestamp(value: str, index: int) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise LogBatchError(f"lines[{index}][0]: {value!r} is not an RFC 3339 timestamp") from None
+    # RFC 3339 always carries an offset; a bare one is read as UTC rather than the server's zone.
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """A checked batch: its lines as stored, their total size, and its earliest and latest timestamp."""
+
+    rows: list[tuple[str, str, str]]
+    size: int
+    first_at: datetime
+    last_at: datetime
+
+
+def _checked(lines: Sequence[Sequence[str]]) -> _Batch:
+    """Return the batch ready to store; raises LogBatchError naming the first bad line."""
+    rows: list[tuple[str, str, str]] = []
+    stamps: list[datetime] = []
+    size = 0
+    for index, line in enumerate(lines):
+        if len(line) != 3 or not all(isinstance(part, str) for part in line):
+            raise LogBatchError(f"lines[{index}]: expected [timestamp, stream, text] strings")
+        timestamp, stream, text = line
+        if stream not in STREAMS:
+            raise LogBatchError(f"lines[{index}][1]: stream {stream!r} is not stdout or stderr")
+        stamps.append(_parse_timestamp(timestamp, index))
+        stored, length = _clean(text)
+        rows.append((timestamp, stream, stored))
+        size += length
+    return _Batch(rows=rows, size=size, first_at=min(stamps), last_at=max(stamps))
+
+
+def ingest_log_batch(
+    *, workload_id: int, attempt: int, replica: int, since: str, cursor: str, lines: list[list[str]]
+) -> int:
+    """Store one batch of a replica's output if it continues the replica's chain; return the lines stored.
+
+    `lines` are `[timestamp (RFC 3339), stream ("stdout" | "stderr"), text]`;
+    texts over MAX_LINE_CHARS are truncated. The batch is accepted only when
+    `since` equals the replica's stored `log_cursor` ("" = from the
+    beginning): then its lines get the workload's next sequence numbers, are
+    stored as one `LogChunk`, and the replica's cursor becomes `cursor`, all
+    in one transaction. A batch that does not continue the chain (a
+    duplicate, a replay from an older cursor) or names an unknown replica is
+    dropped (returns 0). Raises LogBatchError, storing nothing, for a
+    malformed batch.
+    """
+    if len(cursor) > MAX_CURSOR_CHARS:
+        raise LogBatchError(f"cursor: longer than {MAX_CURSOR_CHARS} characters")
+    batch = _checked(lines) if lines else None
+    for _ in range(3):
+        try:
+            return _store(workload_id, attempt, replica, since, cursor, batch)
+        except _ChainRace:
+            continue
+    # Only SQLite without row locks can lose the race three times in a row; the agent will resend.
+    log.warning("log batch for %s/%s/%s lost the numbering race; dropped", workload_id, attempt, replica)
+    return 0
+
+
+@transaction.atomic
+def _store(
+    workload_id: int,
+    attempt: int,
+    replica: int,
+    since: str,
+    cursor: str,
+    batch: _Batch | None,
+) -> int:
+    # The replica row first (the order the replica reports lock in): the compare-and-swap on its
+    # cursor is what makes a second delivery of the same batch a no-op, even when both run at once.
+    chain = Replica.all_tenants.filter(workload_id=workload_id, attempt=attempt, index=replica, log_cursor=since)
+    if chain.update(log_cursor=cursor) != 1:
+        _log_drop(workload_id, attempt, replica, since)
+        return 0
+    if batch is None:
+        return 0
+    workload = Workload.all_tenants.select_for_update().filter(pk=workload_id).values("tenant_id", "log_seq").first()
+    if workload is None:
+        return 0
+    first = workload["log_seq"] + 1
+    last = workload["log_seq"] + len(batch.rows)
+    # Checked update: under the row lock it always matches; without one (SQLite) a concurrent
+    # ingest makes it miss, and the whole transaction (the cursor move too) is retried.
+    if Workload.all_tenants.filter(pk=workload_id, log_seq=workload["log_seq"]).update(log_seq=last) != 1:
+        raise _ChainRace
+    stored = [[first + i, ts, stream, text, attempt, replica] for i, (ts, stream, text) in enumerate(batch.rows)]
+    LogChunk.all_tenants.create(
+        tenant_id=workload["tenant_id"],
+        workload_id=workload_id,
+        first_seq=first,
+        last_seq=last,
+        first_at=batch.first_at,
+        last_at=batch.last_at,
+        lines=stored,
+        size_bytes=batch.size,
+    )
+    return len(stored)
+
+
+def _log_drop(workload_id: int, attempt: int, replica: int, since: str) -> None:
+    """Say why a batch was dropped: an unknown replica is worth a warning, a replayed batch is routine."""
+    known = Replica.all_tenants.filter(workload_id=workload_id, attempt=attempt, index=replica).exists()
+    if not known:
+        log.warning("log batch for unknown replica %s/%s/%s dropped", workload_id, attempt, replica)
+    else:
+        log.info(
+            "log batch for %s/%s/%s after %r does not continue the chain; dropped", workload_id, attempt, replica, since
+        )
+
+
+def _cutoffs(now: datetime) -> list[Q]:
+    """Return one condition per retention period in use: chunks of those tenants created before its cutoff."""
+    default_days = int(settings.LOG_RETENTION_DAYS)
+    custom = Tenant.objects.exclude(log_retention_days__isnull=True).exclude(log_retention_days=default_days)
+    days_by_tenant: dict[int, list[int]] = {}
+    for tenant_id, days in custom.values_list("id", "log_retention_days"):
+        days_by_tenant.setdefault(days or default_days, []).append(tenant_id)
+    conditions = [
+        Q(tenant_id__in=ids, created_at__lt=now - timedelta(days=days)) for days, ids in days_by_tenant.items()
+    ]
+    own_period = [tenant_id for ids in days_by_tenant.values() for tenant_id in ids]
+    conditions.append(~Q(tenant_id__in=own_period) & Q(created_at__lt=now - timedelta(days=default_days)))
+    return conditions
+
+
+def purge_expired_logs(*, now: datetime, batch: int = PURGE_BATCH) -> int:
+    """Delete log chunks older than their tenant's retention; return how many were deleted.
+
+    A tenant's `log_retention_days` applies to its workloads, the platform's
+    LOG_RETENTION_DAYS to the rest; age is the chunk's `created_at` (the
+    controller's clock, not the node's). Deletes in batches of `batch`
+    chunks, each its own short transaction, so a large backlog never holds
+    locks for long. Looks across tenants: controller only (the periodic
+    task `jobs.purge_expired_logs`).
+    """
+    deleted = 0
+    for condition in _cutoffs(now):
+        while True:
+            ids = list(LogChunk.all_tenants.filter(condition).order_by("pk").values_list("pk", flat=True)[:batch])
+            if not ids:
+                break
+            deleted += LogChunk.all_tenants.filter(pk__in=ids).delete()[0]
+            if len(ids) < batch:
+                break
+    return deleted
