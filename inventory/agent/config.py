@@ -10,13 +10,18 @@ from django.conf import settings
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """One agent's settings; `probe` is `nvml` for real hosts, `simulated` for demos and scale tests."""
+    """One agent's settings; `probe` is `nvml` for real hosts, `simulated` for demos and scale tests.
+
+    `publish_address` is the IP address the Docker runtime publishes
+    workloads' service ports on: one the console's proxy can reach.
+    """
 
     node: str
     work_dir: Path
     process_enabled: bool = False
     docker_url: str | None = None
     pull_images: bool = True
+    publish_address: str = "127.0.0.1"
     probe: str = "nvml"
     simulated_gpu_count: int = 8
     simulated_gpu_model: str = "NVIDIA H100 80GB HBM3"
@@ -33,6 +38,7 @@ def config_from_settings(node: str | None = None, **overrides: object) -> AgentC
         "process_enabled": settings.GPUCLOUD_AGENT_PROCESS_RUNTIME,
         "docker_url": settings.DOCKER_HOST,
         "pull_images": settings.GPUCLOUD_AGENT_PULL_IMAGES,
+        "publish_address": settings.GPUCLOUD_AGENT_PUBLISH_ADDRESS,
         "sample_seconds": float(settings.GPU_SAMPLE_SECONDS),
         "heartbeat_seconds": float(settings.NODE_HEARTBEAT_SECONDS),
     }

@@ -33,18 +33,22 @@ def make_runtime(
     process_enabled: bool,
     docker_url: str | None = None,
     pull_images: bool = False,
+    publish_address: str = "127.0.0.1",
 ) -> Runtime:
     """Return the runtime of `kind` for node `node_name`; raises PermanentDriverError for an unknown kind.
 
     `work_dir` holds the process runtime's workloads; `process_enabled`
     must be True for it to run anything. `docker_url` is the engine's
     address (default: the local socket); `pull_images` lets the Docker
-    runtime pull a missing image instead of refusing it.
+    runtime pull a missing image instead of refusing it; `publish_address`
+    is the IP address the Docker runtime publishes service ports on (one the
+    console reaches; PermanentDriverError `invalid_publish_address` for a
+    wildcard or a name).
     """
     if kind == "docker":
         from inventory.drivers.docker_runtime import DockerRuntime
 
-        return DockerRuntime(docker_url, pull_images=pull_images)
+        return DockerRuntime(docker_url, pull_images=pull_images, publish_address=publish_address)
     if kind == "process":
         from inventory.drivers.process_runtime import ProcessRuntime
 

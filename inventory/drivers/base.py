@@ -4,6 +4,10 @@ Everything that crosses this boundary is a plain dataclass or a JSON-able
 dict; no SDK object (docker, pynvml) ever leaves `inventory/drivers/`. A
 runtime's state for one workload is an opaque JSON `Handle` that the caller
 persists and hands back, so a restarted controller or agent can resume.
+The handle of a workload with a service port carries `"endpoint":
+"http://HOST:PORT"`, the base URL where the console reaches that port
+(read it with `endpoint_of`); a runtime that runs nothing (simulated) or a
+workload that has exited has none.
 
 Errors are of two kinds: `PermanentDriverError` (retrying cannot help: bad
 image, spec refused, workload unknown) and `TransientDriverError` (retry
@@ -76,6 +80,14 @@ class WorkloadSpec:
     the caller) so a retried `start` adopts what an earlier try created.
     `gpu_uuids` are the GPUs granted; an empty list means no GPU at all.
     `env` has already passed `policy.check_environment`.
+
+    `service_port` is the TCP port the workload serves HTTP on inside its
+    sandbox (notebooks: Jupyter's); the runtime makes it reachable from the
+    console and puts the address in the handle's `endpoint`. A runtime that
+    cannot give every workload its own port space (the process runtime)
+    picks another port: it sets the variable named `service_port_env` (e.g.
+    `JUPYTER_PORT`) to the port the workload must actually listen on, so a
+    workload that serves a port should read it from there.
     """
 
     name: str
@@ -89,6 +101,19 @@ class WorkloadSpec:
     resources: Resources = field(default_factory=Resources)
     replica: int = 0
     labels: dict[str, str] = field(default_factory=dict)
+    service_port: int | None = None
+    service_port_env: str = ""
+
+
+def endpoint_url(host: str, port: int) -> str:
+    """Return the endpoint `http://HOST:PORT` of `port` on `host` (an IPv6 address goes in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def endpoint_of(handle: Handle) -> str | None:
+    """Return the base URL (`http://HOST:PORT`) where the console reaches the workload's service port, or None."""
+    endpoint = handle.get("endpoint")
+    return endpoint if isinstance(endpoint, str) and endpoint else None
 
 
 @dataclass(frozen=True)

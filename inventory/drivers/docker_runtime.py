@@ -6,7 +6,10 @@ CPU limit, tini as PID 1, an unprivileged user, the tenant's own bridge
 network, no host namespaces and no host paths. GPUs are granted by UUID
 through a device request for the NVIDIA driver, and NVIDIA_VISIBLE_DEVICES
 is always set (`void` without GPUs) so an image cannot ask the NVIDIA
-runtime for more.
+runtime for more. A spec's service port, and only it, is published on the
+runtime's `publish_address` at a host port the engine picks; the handle's
+`endpoint` is read back from the running container, so an adopted one
+gives the same.
 
 Engine calls are bounded: each thread has its own client whose socket
 timeout is set to what is left of the call's budget. Errors map to the
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import ipaddress
 import math
 import threading
 import time
@@ -41,6 +45,7 @@ from inventory.drivers.base import (
     Stream,
     WorkloadSpec,
     WorkloadStatus,
+    endpoint_url,
 )
 from inventory.drivers.docker_engine import (
     API_VERSION,
@@ -61,15 +66,24 @@ _FOLLOW_INTERVAL = 0.25
 
 
 def container_config(
-    spec: WorkloadSpec, *, user: str, network: str, log_max_size: str = "50m", api_version: str = API_VERSION
+    spec: WorkloadSpec,
+    *,
+    user: str,
+    network: str,
+    log_max_size: str = "50m",
+    api_version: str = API_VERSION,
+    publish_address: str = "127.0.0.1",
 ) -> dict[str, Any]:
     """Return the keyword arguments of `APIClient.create_container` for `spec`; pure, no engine call.
 
     The hardened defaults of the module docstring; `network` is the tenant's
-    bridge. Device requests appear only when `spec.gpu_uuids` is non-empty.
+    bridge. Device requests appear only when `spec.gpu_uuids` is non-empty;
+    a port binding (`spec.service_port` on `publish_address`, host port left
+    to the engine) only when the spec has a service port.
     """
     gpus = list(spec.gpu_uuids)
     memory = spec.resources.memory_mb * 1024 * 1024
+    port = spec.service_port
     host_config = docker.types.HostConfig(
         version=api_version,
         network_mode=network,
@@ -86,9 +100,12 @@ def container_config(
         device_requests=[docker.types.DeviceRequest(driver="nvidia", device_ids=gpus, capabilities=[["gpu"]])]
         if gpus
         else None,
+        port_bindings={port: (publish_address,)} if port is not None else None,
     )
     host_config["Privileged"] = False  # the default, stated so the request shows it
-    environment = {**spec.env, "NVIDIA_VISIBLE_DEVICES": ",".join(gpus) if gpus else "void"}
+    # Inside its own network namespace the workload keeps the port it asked for.
+    served = {spec.service_port_env: str(port)} if port is not None and spec.service_port_env else {}
+    environment = {**spec.env, **served, "NVIDIA_VISIBLE_DEVICES": ",".join(gpus) if gpus else "void"}
     labels = {**spec.labels, **policy.managed_labels(spec.workload_id, spec.tenant, spec.attempt, spec.replica)}
     return {
         "image": spec.image,
@@ -98,6 +115,7 @@ def container_config(
         "environment": environment,
         "labels": labels,
         "host_config": host_config,
+        "ports": [port] if port is not None else None,
         "detach": True,
         "stop_signal": "SIGTERM",
     }
@@ -110,6 +128,47 @@ def _frames(chunks: Iterable[bytes], stream: Stream) -> Iterator[tuple[int, str,
         yield parse_ns(stamp), stamp, stream, text.removesuffix("\n")
 
 
+def publish_host(address: str) -> str:
+    """Return `address` if service ports can be published there; raises PermanentDriverError otherwise.
+
+    It must be one IP address the console can reach: the endpoint is built
+    from it, so a wildcard (0.0.0.0, ::) would both expose every workload on
+    every interface and give the console no address to dial.
+    """
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError as error:
+        raise PermanentDriverError(
+            f"publish address {address!r} is not an IP address", code="invalid_publish_address"
+        ) from error
+    if ip.is_unspecified:
+        raise PermanentDriverError(
+            f"publish address {address} is a wildcard; give the address the console reaches this node on",
+            code="invalid_publish_address",
+        )
+    return str(ip)
+
+
+def _published(bindings: Iterable[tuple[str, int]], prefer: str) -> str | None:
+    """Return the endpoint of the first binding on `prefer` (else the first binding), or None without any."""
+    found = sorted(bindings, key=lambda binding: binding[0] != prefer)
+    return endpoint_url(*found[0]) if found else None
+
+
+def inspected_endpoint(attrs: dict[str, Any], port: int | None, prefer: str) -> str | None:
+    """Return where `inspect_container`'s answer `attrs` publishes container port `port`; None when not (running)."""
+    if port is None:
+        return None
+    bindings = ((attrs.get("NetworkSettings") or {}).get("Ports") or {}).get(f"{port}/tcp") or []
+    return _published(((b["HostIp"], int(b["HostPort"])) for b in bindings if b.get("HostPort")), prefer)
+
+
+def listed_endpoint(entry: dict[str, Any], prefer: str) -> str | None:
+    """Return where a `containers()` entry publishes a port (the runtime publishes only the service port)."""
+    ports = entry.get("Ports") or []
+    return _published(((p.get("IP") or "", int(p["PublicPort"])) for p in ports if p.get("PublicPort")), prefer)
+
+
 def _close(streams: Iterable[Any]) -> None:
     for stream in streams:
         with suppress(Exception):
@@ -119,7 +178,9 @@ def _close(streams: Iterable[Any]) -> None:
 class DockerRuntime:
     """Runs workloads as hardened containers on the Docker engine at `base_url` (default: the local socket).
 
-    `user` is the uid:gid every container runs as; `pull_images` lets start
+    `user` is the uid:gid every container runs as; `publish_address` is the
+    IP address service ports are published on (see `publish_host`);
+    `pull_images` lets start
     pull an image that is missing (off by default: a missing image is a
     PermanentDriverError `image_not_found`); `poll_stats` makes poll read
     one-shot stats for memory and CPU time (an extra call that Docker 20.10
@@ -134,6 +195,7 @@ class DockerRuntime:
         base_url: str | None = None,
         *,
         user: str = "1000:1000",
+        publish_address: str = "127.0.0.1",
         pull_images: bool = False,
         poll_stats: bool = False,
         log_max_size: str = "50m",
@@ -141,6 +203,7 @@ class DockerRuntime:
     ) -> None:
         self.base_url = base_url or DEFAULT_DOCKER_URL
         self.user = user
+        self.publish_address = publish_host(publish_address)
         self.pull_images = pull_images
         self.poll_stats = poll_stats
         self.log_max_size = log_max_size
@@ -167,13 +230,16 @@ class DockerRuntime:
     def start(self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT) -> Handle:
         """Create and start the container of `spec`, or adopt the one of the same name; return its handle.
 
-        Raises SpecRefused before any engine call when the environment is
-        not allowed; PermanentDriverError `image_not_found` when the image
+        With a service port, the handle's `endpoint` is where it is
+        published (none once the container has exited: nothing listens).
+        Raises SpecRefused before any engine call when the environment or
+        the service port is not allowed; PermanentDriverError `image_not_found` when the image
         is missing (and pulling is off), `name_conflict` when a container
         of that name belongs to another workload; TransientDriverError when
         the engine cannot be reached.
         """
         policy.check_environment(spec.env)
+        policy.check_service_port(spec.service_port, spec.service_port_env)
         policy.check_workload_name(spec.name)
         network = policy.tenant_network_name(spec.tenant)
         budget = Budget(timeout)
@@ -184,7 +250,12 @@ class DockerRuntime:
             self._check_identity(found, spec)
             if (found.get("State") or {}).get("Status") == "created":
                 self._start_or_discard(str(found["Id"]), budget)
-        return self._handle(str(found["Id"]), spec)
+                if spec.service_port is not None:
+                    # The engine picks the host port when the container starts; only inspect tells it.
+                    found = self._inspect(str(found["Id"]), budget) or found
+        handle = self._handle(str(found["Id"]), spec)
+        endpoint = inspected_endpoint(found, spec.service_port, self.publish_address)
+        return handle | {"endpoint": endpoint} if endpoint else handle
 
     def _start_or_discard(self, container: str, budget: Budget) -> None:
         """Start a created container; if the engine refuses, remove it so that a retry starts afresh."""
@@ -205,7 +276,9 @@ class DockerRuntime:
     def _create(self, spec: WorkloadSpec, network: str, budget: Budget) -> dict[str, Any]:
         """Create the container; on a name conflict (a concurrent start) return the winner's attributes."""
         self._ensure_network(network, spec.tenant, budget)
-        config = container_config(spec, user=self.user, network=network, log_max_size=self.log_max_size)
+        config = container_config(
+            spec, user=self.user, network=network, log_max_size=self.log_max_size, publish_address=self.publish_address
+        )
         try:
             created = self._create_pulling(config, budget)
         except docker.errors.APIError as error:
@@ -440,6 +513,9 @@ class DockerRuntime:
             name = str((entry.get("Names") or ["/"])[0]).lstrip("/")
             handle = {"runtime": "docker", "id": entry["Id"], "name": name, "workload_id": workload}
             handle |= {"tenant": tenant, "attempt": attempt, "replica": replica}
+            endpoint = listed_endpoint(entry, self.publish_address)
+            if endpoint:
+                handle["endpoint"] = endpoint
             state = STATES.get(str(entry.get("State")), "exited")
             managed.append(ManagedWorkload(name, workload, tenant, attempt, replica, state, handle))
         return managed

@@ -6,9 +6,9 @@ Pure: no Django, no SDK. Two gates:
   CLI) and refuses any key outside a small whitelist, naming the field and
   the rule, so a user cannot widen their access (privileged mode, host
   paths, host namespaces, devices, root).
-- `check_environment` runs again inside every runtime's `start`, before
-  anything reaches the engine, so a spec built by any other path is held to
-  the same environment rules.
+- `check_environment` (and `check_service_port`) run again inside every
+  runtime's `start`, before anything reaches the engine, so a spec built by
+  any other path is held to the same rules.
 
 `SpecRefused.rule` is one of the `RULE_*` codes below; `field` is the
 submitted key (`privileged`, `env.LD_PRELOAD`, `command[2]`, ...).
@@ -96,6 +96,7 @@ MAX_ENV_VALUE_BYTES = 32 * 1024
 MAX_ENV_TOTAL_BYTES = 256 * 1024
 MAX_COMMAND_ITEMS = 1024
 MAX_COMMAND_BYTES = 128 * 1024
+MAX_PORT = 65535
 
 _DOCKER_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
@@ -147,6 +148,28 @@ def _check_env_name(name: object) -> None:
     upper = name.upper()
     if upper in _FORBIDDEN_ENV_NAMES or upper.startswith(_FORBIDDEN_ENV_PREFIXES):
         raise SpecRefused(f"env.{name}", RULE_FORBIDDEN_ENV, "set by the platform, not by workloads")
+
+
+def check_service_port(port: int | None, env_name: str) -> None:
+    """Return None when a spec's service port and its variable are acceptable; raise SpecRefused otherwise.
+
+    `port` is None or a TCP port in [1, 65535] (`service_port`,
+    `invalid_value`); `env_name`, when given, needs a port and must be a
+    name `check_environment` accepts (`service_port_env`, with that rule).
+    The runtime, not the user, publishes the port: `check_container_request`
+    keeps refusing `ports` and `publish_all_ports`.
+    """
+    if port is None:
+        if env_name:
+            raise SpecRefused("service_port_env", RULE_INVALID_VALUE, "is set but there is no service_port")
+        return
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= MAX_PORT:
+        raise SpecRefused("service_port", RULE_INVALID_VALUE, f"must be an integer in [1, {MAX_PORT}]")
+    if env_name:
+        try:
+            _check_env_name(env_name)
+        except SpecRefused as refused:
+            raise SpecRefused("service_port_env", refused.rule, str(refused).partition(": ")[2]) from refused
 
 
 def check_container_request(request: Mapping[str, Any], *, also_allowed: Collection[str] = ()) -> None:

@@ -9,8 +9,14 @@ again: the identity (`spec.json`), the supervisor's and the command's pids
 all written by `process_supervisor`. GPUs are granted through
 CUDA_VISIBLE_DEVICES (the UUIDs; empty for none).
 
+Processes share the host's ports, so a workload with a service port is
+given a free loopback port of its own in the variable its spec names
+(`service_port_env`; without one it must listen on `service_port` itself),
+kept in `service.json` so an adopted workload keeps its endpoint.
+
 Handles: {"runtime": "process", "name", "dir", "workload_id", "tenant",
-"attempt", "replica"}. Log cursors are byte offsets into `log.jsonl`.
+"attempt", "replica"}, plus "endpoint" (`http://127.0.0.1:PORT`) with a
+service port. Log cursors are byte offsets into `log.jsonl`.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,9 +48,12 @@ from inventory.drivers.base import (
     TransientDriverError,
     WorkloadSpec,
     WorkloadStatus,
+    endpoint_url,
 )
 
 SPEC = "spec.json"
+SERVICE = "service.json"
+LOOPBACK = "127.0.0.1"
 _POLL = 0.01
 _CLAIM_GRACE = 5.0
 _FOLLOW_INTERVAL = 0.1
@@ -102,7 +112,29 @@ def _identity(spec: WorkloadSpec) -> dict[str, Any]:
 
 def _handle(directory: Path, identity: dict[str, Any]) -> Handle:
     keys = ("name", "workload_id", "tenant", "attempt", "replica")
-    return {"runtime": "process", "dir": str(directory), **{key: identity[key] for key in keys}}
+    handle = {"runtime": "process", "dir": str(directory), **{key: identity[key] for key in keys}}
+    port = _recorded_port(directory)
+    return handle | {"endpoint": endpoint_url(LOOPBACK, port)} if port is not None else handle
+
+
+def _recorded_port(directory: Path) -> int | None:
+    """Return the port the workload of `directory` was told to serve on, or None when it has no service port."""
+    service = _read_json(directory / SERVICE)
+    return int(service["port"]) if service is not None else None
+
+
+def _free_port() -> int:
+    """Return a loopback port nothing listens on now.
+
+    Another process may take it before the workload binds it: the workload
+    then cannot listen and exits, and the endpoint reaches that other
+    process. Acceptable only because this runtime is for single-host
+    development, where every process is the developer's anyway.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOOPBACK, 0))
+        port: int = probe.getsockname()[1]
+    return port
 
 
 class ProcessRuntime:
@@ -134,13 +166,16 @@ class ProcessRuntime:
     def start(self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT) -> Handle:
         """Launch `spec`'s command under a supervisor, or adopt the workload of that name; return its handle.
 
-        Raises PermanentDriverError when disabled, when the environment is
-        refused (before anything runs) or when the name belongs to another
+        With a service port, the handle's `endpoint` is
+        `http://127.0.0.1:PORT`, the same for every later start of the same
+        workload. Raises PermanentDriverError when disabled, when the
+        environment or the service port is refused (before anything runs) or when the name belongs to another
         workload (`name_conflict`); DriverTimeout when the supervisor does
         not report within `timeout`.
         """
         self._require_enabled()
         policy.check_environment(spec.env)
+        policy.check_service_port(spec.service_port, spec.service_port_env)
         policy.check_workload_name(spec.name)
         budget = _Budget(timeout)
         directory = self.work_dir / spec.name
@@ -181,7 +216,8 @@ class ProcessRuntime:
         if not claim.exists():
             work = directory / "work"
             work.mkdir(exist_ok=True)
-            launch = {"command": list(spec.command), "env": self._environment(spec, work), "cwd": str(work)}
+            env = self._environment(spec, work, self._service_port(directory, spec))
+            launch = {"command": list(spec.command), "env": env, "cwd": str(work)}
             fd = os.open(directory / files.LAUNCH, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
             with os.fdopen(fd, "w") as out:
                 json.dump(launch, out)
@@ -209,9 +245,21 @@ class ProcessRuntime:
             )
 
     @staticmethod
-    def _environment(spec: WorkloadSpec, work: Path) -> dict[str, str]:
+    def _service_port(directory: Path, spec: WorkloadSpec) -> int | None:
+        """Return the port the workload will serve on, recorded before it runs; a relaunch reuses it."""
+        if spec.service_port is None:
+            return None
+        port = _recorded_port(directory)
+        if port is None:
+            port = _free_port() if spec.service_port_env else spec.service_port
+            files.write_json(directory / SERVICE, {"port": port})
+        return port
+
+    @staticmethod
+    def _environment(spec: WorkloadSpec, work: Path, port: int | None) -> dict[str, str]:
         base = {"PATH": os.environ.get("PATH", _DEFAULT_PATH), "HOME": str(work), "LANG": "C.UTF-8"}
-        return {**base, **spec.env, "CUDA_VISIBLE_DEVICES": ",".join(spec.gpu_uuids)}
+        served = {spec.service_port_env: str(port)} if port is not None and spec.service_port_env else {}
+        return {**base, **spec.env, **served, "CUDA_VISIBLE_DEVICES": ",".join(spec.gpu_uuids)}
 
     # --- poll, stop, remove --------------------------------------------------------
 

@@ -196,10 +196,12 @@ class SimulatedRuntime:
     def start(self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT) -> Handle:
         """Register `spec` as started now, or adopt the registered workload of that name; return its handle.
 
-        Raises PermanentDriverError for a refused environment, a bad
-        `simulate.*` label or a name held by another workload.
+        Nothing runs, so a service port gets no endpoint. Raises
+        PermanentDriverError for a refused environment or service port, a
+        bad `simulate.*` label or a name held by another workload.
         """
         policy.check_environment(spec.env)
+        policy.check_service_port(spec.service_port, spec.service_port_env)
         policy.check_workload_name(spec.name)
         _raise_injected(spec.labels.get(START_ERROR_LABEL))
         health_check = spec.labels.get(policy.LABEL_PURPOSE) == "health-check"

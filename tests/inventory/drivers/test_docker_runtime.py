@@ -11,18 +11,20 @@ from typing import Any
 
 import docker
 import docker.errors
+import httpx
 import pytest
 
 from inventory.drivers import policy, run_health_check
 from inventory.drivers.base import (
     DriverTimeout,
+    Handle,
     PermanentDriverError,
     Resources,
     RuntimeInfo,
     TransientDriverError,
     WorkloadSpec,
 )
-from inventory.drivers.docker_runtime import DockerRuntime, container_config
+from inventory.drivers.docker_runtime import DockerRuntime, container_config, publish_host
 from inventory.drivers.policy import SpecRefused
 from inventory.drivers.timestamps import parse_ns
 from tests.inventory.drivers.conftest import SpecFactory, new_spec, wait_for
@@ -247,6 +249,83 @@ def test_gpus_on_an_engine_without_the_nvidia_toolkit_are_refused_and_leave_noth
         runtime.start(spec)
     assert refused.value.code == "nvidia_toolkit_missing"
     assert docker_client.api.containers(all=True, filters={"name": spec.name}) == []
+
+
+# busybox httpd serving one page that names the port the runtime told it to listen on.
+HTTPD = 'mkdir -p /tmp/w && echo "served on $HTTP_PORT" > /tmp/w/index.html && exec httpd -f -p "$HTTP_PORT" -h /tmp/w'
+
+
+def fetch(endpoint: str, path: str = "/index.html") -> str | None:
+    """Return the body `endpoint` serves at `path`, or None while nothing answers there."""
+    try:
+        response = httpx.get(endpoint + path, timeout=2)
+    except httpx.TransportError:
+        return None
+    return response.text if response.status_code == 200 else None
+
+
+def test_a_service_port_is_published_on_the_loopback_and_answers_at_the_endpoint(
+    runtime: DockerRuntime, docker_spec: SpecFactory, docker_client: docker.DockerClient
+) -> None:
+    spec = docker_spec(["sh", "-c", HTTPD], service_port=8080, service_port_env="HTTP_PORT")
+    handle = runtime.start(spec)
+    endpoint = handle["endpoint"]
+    assert endpoint.startswith("http://127.0.0.1:") and endpoint != "http://127.0.0.1:8080"
+    assert wait_for(lambda: fetch(endpoint) == "served on 8080\n")
+    host = docker_client.api.inspect_container(handle["id"])["HostConfig"]
+    assert host["PortBindings"] == {"8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]}
+    assert host["PublishAllPorts"] is False and host["CapDrop"] == ["ALL"] and host["Privileged"] is False
+
+
+def test_an_adopted_or_listed_container_gives_the_same_endpoint(
+    runtime: DockerRuntime, docker_spec: SpecFactory
+) -> None:
+    spec = docker_spec(["sh", "-c", HTTPD], service_port=8080, service_port_env="HTTP_PORT")
+    handle = runtime.start(spec)
+    assert DockerRuntime().start(spec) == handle  # as a restarted agent would
+    listed: dict[str, Handle] = {m.name: m.handle for m in DockerRuntime().list_managed()}
+    assert listed[spec.name] == handle
+    runtime.stop(handle, grace_seconds=0)
+    assert "endpoint" not in runtime.start(spec), "an exited container serves nothing"
+
+
+def test_a_container_without_a_service_port_publishes_nothing(
+    runtime: DockerRuntime, docker_spec: SpecFactory, docker_client: docker.DockerClient
+) -> None:
+    handle = runtime.start(docker_spec(["sleep", "30"]))
+    assert "endpoint" not in handle
+    attrs = docker_client.api.inspect_container(handle["id"])
+    assert not attrs["HostConfig"]["PortBindings"] and not attrs["NetworkSettings"]["Ports"]
+    config = container_config(new_spec(["true"], tenant="acme"), user="1000:1000", network="gpucloud-tenant-acme")
+    assert "PortBindings" not in config["host_config"] and config["ports"] is None
+
+
+def test_the_service_port_is_published_on_the_configured_address_only() -> None:
+    spec = new_spec(["jupyter"], tenant="acme", service_port=8888, service_port_env="JUPYTER_PORT")
+    config = container_config(spec, user="1000:1000", network="n", publish_address="10.1.2.3")
+    assert config["host_config"]["PortBindings"] == {"8888/tcp": [{"HostIp": "10.1.2.3", "HostPort": ""}]}
+    assert config["ports"] == [8888] and config["environment"]["JUPYTER_PORT"] == "8888"
+    assert DockerRuntime(publish_address="10.1.2.3").publish_address == "10.1.2.3"
+    for wildcard_or_name in ("0.0.0.0", "::", "node1.example.com", ""):  # noqa: S104 -- refusing it is the point
+        with pytest.raises(PermanentDriverError) as refused:
+            publish_host(wildcard_or_name)
+        assert refused.value.code == "invalid_publish_address"
+
+
+@pytest.mark.parametrize(
+    ("port", "env", "field"),
+    [
+        (0, "", "service_port"),
+        (70000, "", "service_port"),
+        (None, "PORT", "service_port_env"),
+        (80, "LD_X", "service_port_env"),
+    ],
+)
+def test_a_bad_service_port_stops_start_before_any_engine_call(port: int | None, env: str, field: str) -> None:
+    runtime = DockerRuntime(client_factory=lambda: Exploding())  # type: ignore[arg-type,return-value]
+    with pytest.raises(SpecRefused) as refused:
+        runtime.start(new_spec(["true"], tenant="acme", service_port=port, service_port_env=env))
+    assert refused.value.field == field
 
 
 class Exploding:

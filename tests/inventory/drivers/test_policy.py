@@ -157,3 +157,21 @@ def test_managed_labels_carry_identity_and_the_managed_marker() -> None:
         "gpucloud.replica": "1",
     }
     assert policy.tenant_network_name("acme") == "gpucloud-tenant-acme"
+
+
+def test_service_ports_are_tcp_ports_and_their_variable_a_plain_name() -> None:
+    policy.check_service_port(None, "")
+    policy.check_service_port(8888, "")
+    policy.check_service_port(8888, "JUPYTER_PORT")
+    for port, env, rule in [
+        (0, "", "invalid_value"),
+        (65536, "", "invalid_value"),
+        (True, "", "invalid_value"),
+        (None, "JUPYTER_PORT", "invalid_value"),
+        (8888, "NVIDIA_PORT", "forbidden_env"),
+        (8888, "1PORT", "invalid_env_name"),
+    ]:
+        with pytest.raises(SpecRefused) as caught:
+            policy.check_service_port(port, env)
+        assert caught.value.rule == rule
+        assert caught.value.field == ("service_port" if isinstance(port, int) and not env else "service_port_env")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from inventory.drivers import run_health_check
@@ -212,3 +215,46 @@ def test_info_says_not_isolated(runtime: ProcessRuntime) -> None:
     info = runtime.info()
     assert (info.kind, info.isolated, info.simulated) == ("process", False, False)
     assert info.cpus == os.cpu_count() and info.memory_mb and info.memory_mb > 0
+
+
+# A stdlib HTTP server on the port the runtime chose, serving a page that names it.
+SERVE = 'echo "served on $SERVE_PORT" > index.html && exec "$PY" -m http.server --bind 127.0.0.1 "$SERVE_PORT"'
+
+
+def served(endpoint: str) -> str | None:
+    try:
+        response = httpx.get(f"{endpoint}/index.html", timeout=2)
+    except httpx.TransportError:
+        return None
+    return response.text if response.status_code == 200 else None
+
+
+def serves(endpoint: str, page: str) -> bool:
+    return served(endpoint) == page
+
+
+def server_spec(**extra: Any) -> WorkloadSpec:
+    return spec(SERVE, env={"PY": sys.executable}, service_port=8888, service_port_env="SERVE_PORT", **extra)
+
+
+def test_a_service_port_gets_a_free_loopback_port_that_answers_at_the_endpoint(runtime: ProcessRuntime) -> None:
+    first, second = runtime.start(server_spec()), runtime.start(server_spec())
+    assert first["endpoint"].startswith("http://127.0.0.1:") and first["endpoint"] != second["endpoint"]
+    for endpoint in (first["endpoint"], second["endpoint"]):
+        assert wait_for(functools.partial(serves, endpoint, f"served on {endpoint.rsplit(':', 1)[1]}\n"))
+
+
+def test_an_adopted_or_listed_workload_keeps_its_endpoint(runtime: ProcessRuntime, tmp_path: Path) -> None:
+    workload = server_spec(replica=1)
+    handle = runtime.start(workload)
+    assert wait_for(lambda: served(handle["endpoint"]) is not None)
+    restarted = ProcessRuntime(tmp_path / "work", enabled=True)
+    assert restarted.start(workload) == handle
+    assert [found.handle for found in restarted.list_managed()] == [handle]
+    assert served(handle["endpoint"]) is not None, "adopting launched nothing new"
+
+
+def test_without_a_variable_the_workload_serves_its_own_port(runtime: ProcessRuntime) -> None:
+    handle = runtime.start(spec("sleep 30", service_port=18888))
+    assert handle["endpoint"] == "http://127.0.0.1:18888"
+    assert "endpoint" not in runtime.start(spec("sleep 30"))

@@ -27,6 +27,9 @@ def test_make_runtime_builds_each_kind(kind: str, implementation: type, tmp_path
 def test_the_registry_passes_its_options_on(tmp_path: Path) -> None:
     docker = make_runtime("docker", node_name="n", work_dir=tmp_path, process_enabled=False, docker_url="tcp://h:2375")
     assert isinstance(docker, DockerRuntime) and docker.base_url == "tcp://h:2375" and docker.pull_images is False
+    assert docker.publish_address == "127.0.0.1"
+    published = make_runtime("docker", node_name="n", work_dir=tmp_path, process_enabled=False, publish_address="::1")
+    assert isinstance(published, DockerRuntime) and published.publish_address == "::1"
     process = make_runtime("process", node_name="n", work_dir=tmp_path, process_enabled=False)
     assert isinstance(process, ProcessRuntime) and process.enabled is False and process.work_dir == tmp_path
     probe = make_probe("simulated", node_name="n", gpu_count=3, model="NVIDIA L40S")

@@ -17,6 +17,7 @@ from inventory.drivers.base import (
     Runtime,
     TransientDriverError,
     WorkloadSpec,
+    endpoint_of,
 )
 from inventory.drivers.policy import SpecRefused
 from inventory.drivers.simulated import SimulatedProbe, SimulatedRuntime, simulated_uuid
@@ -109,6 +110,14 @@ def test_bad_labels_and_environments_are_refused(runtime: SimulatedRuntime) -> N
         runtime.start(sim_spec(labels={simulated.DURATION_LABEL: "soon"}))
     with pytest.raises(SpecRefused):
         runtime.start(sim_spec(env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+    with pytest.raises(SpecRefused) as port:
+        runtime.start(sim_spec(service_port=0))
+    assert port.value.field == "service_port"
+
+
+def test_a_service_port_gets_no_endpoint_since_nothing_runs(runtime: SimulatedRuntime) -> None:
+    handle = runtime.start(sim_spec(service_port=8888, service_port_env="JUPYTER_PORT"))
+    assert endpoint_of(handle) is None and runtime.poll(handle).state == "running"
 
 
 @pytest.mark.parametrize(
