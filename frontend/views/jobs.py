@@ -1,13 +1,39 @@
-"""Pages about workloads: a tenant's queue (why work waits, where it runs) and operators' allocation view."""
+"""Pages about workloads: the tenant's list, launching one, one workload's page with its actions, the
+queue (why work waits, where it runs) and operators' allocation view.
+
+Every write goes through `jobs.services`, which checks the role again: the
+pages only decide which actions to offer. A stale page that asks for an
+action the workload's state no longer allows gets the service's refusal on
+the page (409), not an error page.
+"""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from frontend import selectors
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from frontend import forms, selectors
 from frontend.access import Page, operator_view, tenant_view
+from frontend.views import again, message_of
+from gpucloud.errors import Conflict
+from inventory.selectors import pools_open_to_tenant
+from jobs import services
+from jobs.choices import TERMINAL_STATES, WorkloadKind, WorkloadState
+from jobs.models import Workload
+from jobs.services.actions import RESTARTABLE_STATES
+from tenants import selectors as tenant_selectors
 from tenants.choices import Role
+from tenants.models import Project
+
+WORKLOADS_PER_PAGE = 50
 
 
 @tenant_view(Role.VIEWER)
@@ -22,3 +48,212 @@ def queue(request: HttpRequest, page: Page) -> HttpResponse:
 def ops_allocation(request: HttpRequest) -> HttpResponse:
     """Every tenant's GPUs in use per pool against its guarantee and limit."""
     return render(request, "frontend/ops_allocation.html", {"rows": selectors.allocation_by_pool_and_tenant()})
+
+
+def owns_or_admins(page: Page, workload: Workload) -> bool:
+    """Return whether the viewer is `workload`'s owner or a tenant admin: who may open its notebook."""
+    return page.is_admin or (page.actor.user is not None and workload.owner_id == page.actor.user.pk)
+
+
+def may_manage(page: Page, workload: Workload) -> bool:
+    """Return whether the viewer may act on `workload`: members on their own, tenant admins on any."""
+    return page.can_write and owns_or_admins(page, workload)
+
+
+def notebook_url(page: Page, workload: Workload) -> str | None:
+    """Return the console's proxy path to `workload`'s Jupyter, or None when it is not running or not the viewer's.
+
+    The proxy lets only the owner and tenant admins through, so nobody else is offered the link.
+    """
+    live = workload.kind == WorkloadKind.NOTEBOOK and workload.state == WorkloadState.RUNNING
+    return f"/notebooks/{workload.pk}/lab" if live and owns_or_admins(page, workload) else None
+
+
+def _project_choices() -> list[tuple[str, str]]:
+    return [(p.slug, p.name) for p in tenant_selectors.projects_in_scope()]
+
+
+@tenant_view(Role.VIEWER)
+def workloads(request: HttpRequest, page: Page) -> HttpResponse:
+    """The tenant's workloads, newest first, filtered by state, project, kind and "only mine"."""
+    filters = forms.WorkloadFilterForm(request.GET, project_choices=_project_choices())
+    chosen = filters.filters()
+    owner = page.actor.user if chosen.pop("mine", False) else None
+    listed = Paginator(selectors.workloads_matching(owner=owner, **chosen), WORKLOADS_PER_PAGE)
+    items = listed.get_page(request.GET.get("page"))
+    rows = [(w, notebook_url(page, w)) for w in items]
+    context = {"page": page, "filters": filters, "items": items, "rows": rows}
+    return render(request, "frontend/workloads.html", context)
+
+
+def _submittable_projects(page: Page) -> list[Project]:
+    """Return the projects the viewer may submit into: any for tenant admins, else those they are on."""
+    if page.is_admin:
+        return list(tenant_selectors.projects_in_scope())
+    user = page.actor.user
+    return list(tenant_selectors.projects_of_member(user)) if user is not None else []
+
+
+def _preset_initial(request: HttpRequest, presets: list[Any]) -> tuple[Any | None, dict[str, Any]]:
+    """Return the preset `?preset=<id>` chooses (among `presets`) and the form's initial values from it."""
+    chosen = next((p for p in presets if str(p.pk) == request.GET.get("preset")), None)
+    if chosen is None:
+        return None, {}
+    initial = {
+        "kind": chosen.kind,
+        "name": chosen.name,
+        "pool": chosen.pool.name,
+        "image": chosen.image,
+        "command": " ".join(chosen.command),
+        "gpus_per_replica": chosen.gpus_per_replica,
+        "replicas": chosen.replicas,
+        "cpu_milli": chosen.cpu_milli,
+        "memory_mib": chosen.memory_mib,
+        "max_runtime_seconds": chosen.max_runtime_seconds,
+    }
+    return chosen, initial
+
+
+@tenant_view(Role.MEMBER)
+def launch(request: HttpRequest, page: Page) -> HttpResponse:
+    """Launch a notebook or a batch job, from a preset or from scratch; land on its page."""
+    projects = _submittable_projects(page)
+    pools = list(pools_open_to_tenant(page.tenant.pk).order_by("name"))
+    presets: list[Any] = []
+    preset, initial = _preset_initial(request, presets)
+    form = forms.LaunchForm(
+        request.POST if request.method == "POST" else None,
+        initial={**initial, "idempotency_key": uuid.uuid4().hex},
+        project_choices=[(p.slug, p.name) for p in projects],
+        pool_choices=[(p.name, p.name) for p in pools],
+    )
+    if form.is_valid():
+        workload = _submit(page, form, projects, pools)
+        if workload is not None:
+            messages.success(request, f"Workload {workload.name} submitted.")
+            return redirect("frontend:workload", tenant=page.tenant.slug, pk=workload.pk)
+    context = {"page": page, "form": form, "presets": presets, "preset": preset, "projects": projects}
+    return render(request, "frontend/launch.html", context)
+
+
+def _submit(page: Page, form: forms.LaunchForm, projects: list[Project], pools: list[Any]) -> Workload | None:
+    """Submit the form's workload; on a refusal put the service's errors on the form and return None."""
+    project = next(p for p in projects if p.slug == form.cleaned_data["project"])
+    pool = next(p for p in pools if p.name == form.cleaned_data["pool"])
+    try:
+        return services.submit_workload(
+            actor=page.actor,
+            project=project,
+            data=form.workload_data(pool),
+            idempotency_key=form.cleaned_data["idempotency_key"] or None,
+        )
+    except (ValidationError, Conflict) as error:
+        forms.apply_service_errors(form, error)
+    except PermissionDenied as error:
+        form.add_error(None, str(error))
+    # The key was not used (nothing was written) or was used for another request: a fresh one either way.
+    form.data = {**form.data, form.add_prefix("idempotency_key"): uuid.uuid4().hex}
+    return None
+
+
+@dataclass(frozen=True)
+class WorkloadAction:
+    """A button on a workload's page: when it applies, and the service it calls."""
+
+    name: str
+    label: str
+    help: str
+    applies: Callable[[Workload], bool]
+    service: Callable[..., Workload]
+    done: str
+    danger: bool = False
+
+
+def _idle_warned(workload: Workload) -> bool:
+    return (
+        workload.kind == WorkloadKind.NOTEBOOK
+        and workload.state == WorkloadState.RUNNING
+        and workload.idle_warned_at is not None
+        and workload.idle_extended_at is None
+    )
+
+
+WORKLOAD_ACTIONS = {
+    action.name: action
+    for action in (
+        WorkloadAction(
+            "cancel",
+            "Cancel",
+            "Take it out of the queue; its GPUs, if any were set aside, are freed.",
+            lambda w: w.state in (WorkloadState.PENDING, WorkloadState.SCHEDULED, WorkloadState.PREEMPTED),
+            services.cancel_workload,
+            "cancelled",
+            danger=True,
+        ),
+        WorkloadAction(
+            "stop",
+            "Stop",
+            "Stop its replicas (SIGTERM, then SIGKILL after the pool's grace period) and free its GPUs.",
+            lambda w: w.state in (WorkloadState.STARTING, WorkloadState.RUNNING),
+            services.cancel_workload,
+            "stopped",
+            danger=True,
+        ),
+        WorkloadAction(
+            "restart",
+            "Restart",
+            "Queue it again as a new attempt with the same settings.",
+            lambda w: w.state in RESTARTABLE_STATES,
+            services.restart_workload,
+            "queued again",
+        ),
+    )
+}
+
+
+def offered_actions(page: Page, workload: Workload) -> list[WorkloadAction]:
+    """Return the actions the viewer may take on `workload` in its current state."""
+    if not may_manage(page, workload):
+        return []
+    return [action for action in WORKLOAD_ACTIONS.values() if action.applies(workload)]
+
+
+@tenant_view(Role.VIEWER)
+def workload(request: HttpRequest, page: Page, pk: int) -> HttpResponse:
+    """One workload: state, timeline, where it runs, why it waits, its log tail; actions as POST `action`."""
+    found = selectors.workload_in_scope(pk)
+    if found is None:
+        raise Http404("No such workload.")
+    if request.method != "POST":
+        return _workload_page(request, page, found)
+    action = WORKLOAD_ACTIONS.get(request.POST.get("action", ""))
+    if action is None:
+        return _workload_page(request, page, found, refusal="Choose one of the page's actions.", status=400)
+    try:
+        action.service(actor=page.actor, workload=found)
+    except Conflict as error:
+        # Show the state that made the service refuse, not the one the stale page was drawn from.
+        current = selectors.workload_in_scope(pk) or found
+        return _workload_page(request, page, current, refusal=error.message, status=409)
+    except (PermissionDenied, ValidationError) as error:
+        refusal = message_of(error) if isinstance(error, ValidationError) else str(error)
+        return _workload_page(request, page, found, refusal=refusal, status=403)
+    messages.success(request, f"Workload {found.name} {action.done}.")
+    return again(request)
+
+
+def _workload_page(
+    request: HttpRequest, page: Page, workload: Workload, *, refusal: str = "", status: int = 200
+) -> HttpResponse:
+    context = {
+        "page": page,
+        "w": workload,
+        "ended": workload.state in TERMINAL_STATES,
+        "actions": offered_actions(page, workload),
+        "replicas": selectors.replicas_of_current_attempt(workload),
+        "log": selectors.log_tail(workload),
+        "log_limit": selectors.LOG_TAIL_LINES,
+        "notebook_url": notebook_url(page, workload),
+        "refusal": refusal,
+    }
+    return render(request, "frontend/workload.html", context, status=status)

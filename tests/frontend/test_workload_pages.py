@@ -1,0 +1,381 @@
+"""The data scientist's workload pages: the list, launching, one workload's page and its actions.
+
+Personas: member_a owns the workloads; `other_a` is another member of the
+same tenant on the same project; admin_a administers the tenant; viewer_a
+reads; admin_b, of another tenant, finds nothing (404).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from jobs import services
+from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
+from jobs.models import Allocation, LogChunk, Replica, ReplicaState, Workload, WorkloadEvent
+from jobs.scheduler import shell
+from tenants.context import Actor
+from tenants.models import AuditEvent, Membership, Project, ProjectQuota
+from tests.conftest import PASSWORD, World
+from tests.frontend.test_pages import logged_in
+from tests.inventory.factories import make_node
+from tests.jobs.factories import add_node, assign, give_quota, request
+
+LIST = "/t/tenant-a/workloads/"
+LAUNCH = "/t/tenant-a/launch/"
+
+
+def detail(workload: Workload) -> str:
+    return f"/t/tenant-a/workloads/{workload.pk}/"
+
+
+@pytest.fixture
+def team(world: World) -> World:
+    """Alpha can run work (an 8-GPU quota, one ready 8-GPU node); member_a and another member, other_a, are on it."""
+    give_quota(world)
+    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=8, cpu_cores=64, memory_mb=512_000)
+    assign(world.member_a, world.project_a)
+    other = User.objects.create_user("other_a", "other_a@example.com", PASSWORD)
+    Membership.all_tenants.create(tenant=world.tenant_a, user=other, role="member")
+    assign(other, world.project_a)
+    return world
+
+
+def _submit(world: World, user: User | None = None, **overrides: Any) -> Workload:
+    return services.submit_workload(
+        actor=Actor(user=user or world.member_a), project=world.project_a, data=request(world, **overrides)
+    )
+
+
+def _set(workload: Workload, **fields: Any) -> Workload:
+    """Put `workload` in a state the controller would have moved it to (no agent runs in these tests)."""
+    Workload.all_tenants.filter(pk=workload.pk).update(**fields)
+    return Workload.all_tenants.get(pk=workload.pk)
+
+
+def _row(page: str, workload: Workload) -> str:
+    return page.split(f'data-workload="{workload.pk}"')[1].split("</tr>")[0]
+
+
+def _launch_form(world: World, **overrides: Any) -> dict[str, Any]:
+    return {
+        "kind": "job",
+        "name": "train",
+        "project": "alpha",
+        "pool": world.pool.name,
+        "image": "registry.example.com/team/train:1.0",
+        "command": "python train.py --note 'two words'",
+        "gpus_per_replica": 2,
+        "replicas": 1,
+        "cpu_milli": 2000,
+        "memory_mib": 8192,
+        "priority_class": "normal",
+        "max_runtime_seconds": "",
+        "env": "EPOCHS=3\nWANDB_MODE=offline\n",
+        **overrides,
+    }
+
+
+def _field_error(page: str, field: str) -> str:
+    """Return the error shown next to `field`, or '' when there is none."""
+    marker = f'data-field="{field}"'
+    return page.split(marker)[1].split("</small>")[0] if marker in page else ""
+
+
+# The list
+
+
+def test_every_persona_of_the_tenant_sees_the_list_newest_first(team: World) -> None:
+    first, second = _submit(team, name="first"), _submit(team, name="second")
+    for username in ("member_a", "other_a", "viewer_a", "admin_a"):
+        page = logged_in(username).get(LIST).content.decode()
+        assert page.index(f'data-workload="{second.pk}"') < page.index(f'data-workload="{first.pk}"')
+        row = _row(page, first)
+        assert f'href="{detail(first)}"' in row and "alpha" in row and "member_a" in row and "Pending" in row
+
+
+def test_another_tenant_gets_not_found_on_every_workload_page(team: World) -> None:
+    workload = _submit(team)
+    client = logged_in("admin_b")
+    for path in (LIST, LAUNCH, detail(workload)):
+        assert client.get(path).status_code == 404
+    assert client.post(detail(workload), {"action": "cancel"}).status_code == 404
+    # Nor does its own tenant's address reach tenant A's workload.
+    assert client.get(f"/t/tenant-b/workloads/{workload.pk}/").status_code == 404
+    assert Workload.all_tenants.get(pk=workload.pk).state == WorkloadState.PENDING
+
+
+def test_pending_rows_say_why_they_wait_and_where_they_stand(team: World) -> None:
+    _set(_submit(team, name="big", gpus_per_replica=8), state=WorkloadState.RUNNING)
+    waiting = _submit(team, name="later")
+    fresh = _submit(team, name="fresh")
+    _set(
+        waiting,
+        reason_code=ReasonCode.QUOTA_LIMIT,
+        reason_message="Project alpha already uses 8 of its limit of 8 GPUs.",
+        queue_position=1,
+    )
+    page = logged_in("viewer_a").get(LIST).content.decode()
+    row = _row(page, waiting)
+    assert "QUOTA_LIMIT" in row and "already uses 8 of its limit" in row and "#1 in shared" in row
+    assert "not looked at yet" in _row(page, fresh)
+
+
+def test_the_list_filters_by_state_project_kind_and_mine(team: World) -> None:
+    mine = _submit(team, name="mine")
+    theirs = _submit(team, user=User.objects.get(username="other_a"), name="theirs")
+    notebook = _submit(team, name="nb", kind=WorkloadKind.NOTEBOOK)
+    _set(theirs, state=WorkloadState.FAILED)
+    other_project = Project.all_tenants.create(tenant=team.tenant_a, slug="gamma", name="Gamma")
+    give_quota(team, other_project)
+    elsewhere = services.submit_workload(
+        actor=Actor(user=team.admin_a), project=other_project, data=request(team, name="elsewhere")
+    )
+    client = logged_in("member_a")
+
+    def listed(query: str) -> set[int]:
+        page = client.get(f"{LIST}?{query}").content.decode()
+        return {w.pk for w in (mine, theirs, notebook, elsewhere) if f'data-workload="{w.pk}"' in page}
+
+    assert listed("") == {mine.pk, theirs.pk, notebook.pk, elsewhere.pk}
+    assert listed("state=failed") == {theirs.pk}
+    assert listed("project=gamma") == {elsewhere.pk}
+    assert listed("kind=notebook") == {notebook.pk}
+    assert listed("mine=on") == {mine.pk, notebook.pk}
+    assert listed("mine=on&state=pending&kind=job&project=alpha") == {mine.pk}
+    # A filter the form does not offer narrows nothing rather than failing.
+    assert listed("state=sleeping") == {mine.pk, theirs.pk, notebook.pk, elsewhere.pk}
+
+
+def test_the_list_is_paginated(team: World) -> None:
+    for i in range(55):
+        _submit(team, name=f"w{i}")
+    client = logged_in("member_a")
+    first = client.get(LIST).content.decode()
+    assert first.count("data-workload=") == 50 and "Page 1 of 2" in first
+    assert client.get(f"{LIST}?page=2").content.decode().count("data-workload=") == 5
+
+
+def test_only_the_owner_and_tenant_admins_are_offered_a_running_notebook(team: World) -> None:
+    notebook = _set(_submit(team, name="nb", kind=WorkloadKind.NOTEBOOK), state=WorkloadState.RUNNING)
+    pending = _submit(team, name="nb2", kind=WorkloadKind.NOTEBOOK)
+    lab = f"/notebooks/{notebook.pk}/lab"
+    for username, offered in (("member_a", True), ("admin_a", True), ("other_a", False), ("viewer_a", False)):
+        client = logged_in(username)
+        page = client.get(LIST).content.decode()
+        assert (lab in _row(page, notebook)) is offered, username
+        assert "Open notebook" not in _row(page, pending)
+        assert (lab in client.get(detail(notebook)).content.decode()) is offered, username
+
+
+# Launching
+
+
+def test_a_member_launches_a_job_and_lands_on_its_page(team: World) -> None:
+    client = logged_in("member_a")
+    response = client.post(LAUNCH, _launch_form(team))
+    workload = Workload.all_tenants.get(name="train")
+    assert response.status_code == 302 and response["Location"] == detail(workload)
+    assert workload.owner == team.member_a and workload.project == team.project_a
+    assert workload.command == ["python", "train.py", "--note", "two words"]
+    assert workload.env == {"EPOCHS": "3", "WANDB_MODE": "offline"}
+    assert (workload.gpus_per_replica, workload.cpu_milli, workload.memory_mib) == (2, 2000, 8192)
+    page = client.get(detail(workload)).content.decode()
+    assert "Workload train submitted." in page and "Pending" in page
+
+
+def test_the_same_form_sent_twice_launches_once(team: World) -> None:
+    client = logged_in("member_a")
+    form = _launch_form(team, idempotency_key="k-123")
+    first, second = client.post(LAUNCH, form), client.post(LAUNCH, form)
+    assert first["Location"] == second["Location"]
+    assert Workload.all_tenants.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "says"),
+    [
+        ({"name": "Not_A_Name"}, "name", "lowercase letters, digits or hyphens"),
+        ({"image": "UPPER/case"}, "image", "Must be an image reference"),
+        ({"gpus_per_replica": 65}, "gpus_per_replica", "Must be between 0 and 64."),
+        ({"gpus_per_replica": "two"}, "gpus_per_replica", "Must be a whole number."),
+        ({"gpus_per_replica": 9}, "gpus_per_replica", "9 GPUs exceed project alpha&#x27;s limit of 8"),
+        ({"replicas": 0}, "replicas", "Must be between 1 and 64."),
+        ({"max_runtime_seconds": 5}, "max_runtime_seconds", "Must be between 60 and"),
+        ({"env": "LD_PRELOAD=/x.so"}, "env", "env.LD_PRELOAD refused (forbidden_env)"),
+        ({"env": "just words"}, "env", "Line 1: write KEY=VALUE."),
+        ({"command": "python -c 'unclosed"}, "command", "Cannot split the command"),
+        ({"pool": "nowhere"}, "pool", "Select a valid choice"),
+    ],
+)
+def test_bad_input_shows_the_rule_next_to_its_field_and_writes_nothing(
+    team: World, overrides: dict[str, Any], field: str, says: str
+) -> None:
+    audit_before = AuditEvent.all_tenants.count()
+    response = logged_in("member_a").post(LAUNCH, _launch_form(team, **overrides))
+    assert response.status_code == 200
+    assert says in _field_error(response.content.decode(), field)
+    assert not Workload.all_tenants.exists()
+    assert AuditEvent.all_tenants.count() == audit_before
+
+
+def test_a_member_may_launch_only_into_their_projects(team: World) -> None:
+    Project.all_tenants.create(tenant=team.tenant_a, slug="gamma", name="Gamma")
+    page = logged_in("member_a").get(LAUNCH).content.decode()
+    assert 'value="alpha"' in page and 'value="gamma"' not in page
+    response = logged_in("member_a").post(LAUNCH, _launch_form(team, project="gamma"))
+    assert "Select a valid choice" in _field_error(response.content.decode(), "project")
+    assert 'value="gamma"' in logged_in("admin_a").get(LAUNCH).content.decode()
+    assert not Workload.all_tenants.exists()
+
+
+def test_viewers_cannot_launch(team: World) -> None:
+    client = logged_in("viewer_a")
+    assert f'href="{LAUNCH}"' not in client.get(LIST).content.decode()
+    assert client.get(LAUNCH).status_code == 403
+    assert client.post(LAUNCH, _launch_form(team)).status_code == 403
+    assert not Workload.all_tenants.exists()
+
+
+# One workload's page
+
+
+def test_the_page_shows_why_it_waits_its_timeline_and_where_it_runs(team: World) -> None:
+    ProjectQuota.all_tenants.filter(project=team.project_a, pool=team.pool).update(limit=2)
+    placed, waiting = _submit(team, name="big", gpus_per_replica=2), _submit(team, name="later")
+    assert shell.run_pass() is not None
+    page = logged_in("viewer_a").get(detail(waiting)).content.decode()
+    why = page.split('id="why-pending"')[1].split("</article>")[0]
+    assert "position 1" in why and "QUOTA_LIMIT" in why and "limit of 2" in why
+    page = logged_in("viewer_a").get(detail(placed)).content.decode()
+    allocations = page.split('id="allocations"')[1].split("</table>")[0]
+    assert allocations.count("<code>n1</code>") == 2 and "NVIDIA H100" in allocations
+    timeline = " ".join(page.split('id="timeline"')[1].split("</table>")[0].split())
+    assert "Submitted by member_a" in timeline and "pending → scheduled" in timeline
+
+
+def test_the_page_shows_the_replicas_of_the_current_attempt_and_the_log_tail(team: World) -> None:
+    workload = _set(_submit(team), state=WorkloadState.RUNNING, attempt=2, log_seq=250)
+    node = add_node(team, "n2", gpus=0)
+    for attempt, exit_code in ((1, 137), (2, None)):
+        Replica.all_tenants.create(
+            tenant=team.tenant_a,
+            workload=workload,
+            attempt=attempt,
+            index=0,
+            node=node,
+            name=f"gpucloud-w{workload.pk}-r0-a{attempt}",
+            state=ReplicaState.EXITED if exit_code else ReplicaState.RUNNING,
+            exit_code=exit_code,
+        )
+    now = timezone.now()
+    for start in range(1, 251, 50):
+        LogChunk.all_tenants.create(
+            tenant=team.tenant_a,
+            workload=workload,
+            first_seq=start,
+            last_seq=start + 49,
+            first_at=now,
+            last_at=now,
+            lines=[[seq, now.isoformat(), "stdout", f"line {seq}", 2, 0] for seq in range(start, start + 50)],
+        )
+    page = logged_in("member_a").get(detail(workload)).content.decode()
+    replicas = page.split('id="replicas"')[1].split("</table>")[0]
+    assert "<code>n2</code>" in replicas and "Running" in replicas and "137" not in replicas
+    log = page.split('id="log"')[1].split("</section>")[0]
+    assert "line 51<" in log and "line 250<" in log and "line 50<" not in log
+    assert log.count('class="log-line') == 200
+    assert f"/api/v1/tenants/tenant-a/workloads/{workload.pk}/logs/download/" in log
+
+
+def _actions(client: Client, workload: Workload) -> set[str]:
+    page = client.get(detail(workload)).content.decode()
+    return {name for name in ("cancel", "stop", "restart", "extend") if f'id="action-{name}"' in page}
+
+
+def test_actions_are_offered_to_the_owner_and_admins_only_and_fit_the_state(team: World) -> None:
+    pending = _submit(team, name="pending")
+    running = _set(_submit(team, name="running"), state=WorkloadState.RUNNING)
+    ended = _set(_submit(team, name="ended"), state=WorkloadState.FAILED)
+    offered = {"pending": {"cancel"}, "running": {"stop"}, "ended": {"restart"}}
+    for username, acts in (("member_a", True), ("admin_a", True), ("other_a", False), ("viewer_a", False)):
+        client = logged_in(username)
+        for workload in (pending, running, ended):
+            assert _actions(client, workload) == (offered[workload.name] if acts else set()), (username, workload)
+
+
+def test_the_owner_cancels_a_pending_workload_from_its_page(team: World) -> None:
+    workload = _submit(team)
+    client = logged_in("member_a")
+    response = client.post(detail(workload), {"action": "cancel"})
+    assert response.status_code == 302 and response["Location"] == detail(workload)
+    assert Workload.all_tenants.get(pk=workload.pk).state == WorkloadState.CANCELLED
+    page = client.get(detail(workload)).content.decode()
+    assert "Workload train cancelled." in page and "CANCELLED_BY_USER" in page
+    assert AuditEvent.all_tenants.filter(action="workload.cancel", object_id=str(workload.pk)).count() == 1
+
+
+def test_a_tenant_admin_stops_a_members_running_workload(team: World) -> None:
+    workload = _set(_submit(team), state=WorkloadState.RUNNING)
+    response = logged_in("admin_a").post(detail(workload), {"action": "stop"})
+    assert response.status_code == 302
+    stopped = Workload.all_tenants.get(pk=workload.pk)
+    assert (stopped.state, stopped.reason_code) == (WorkloadState.CANCELLED, ReasonCode.STOPPED_BY_USER)
+
+
+@pytest.mark.parametrize("username", ["other_a", "viewer_a"])
+def test_others_cannot_act_by_posting_and_see_why(team: World, username: str) -> None:
+    workload = _submit(team)
+    response = logged_in(username).post(detail(workload), {"action": "cancel"})
+    assert response.status_code == 403
+    assert 'id="refusal"' in response.content.decode()
+    assert Workload.all_tenants.get(pk=workload.pk).state == WorkloadState.PENDING
+
+
+def test_acting_on_a_stale_page_shows_the_conflict_not_an_error(team: World) -> None:
+    workload = _set(_submit(team), state=WorkloadState.SUCCEEDED)
+    response = logged_in("member_a").post(detail(workload), {"action": "cancel"})
+    assert response.status_code == 409
+    refusal = response.content.decode().split('id="refusal"')[1].split("</div>")[0]
+    assert "only unfinished workloads can be cancelled" in refusal and "succeeded" in refusal
+    assert logged_in("member_a").post(detail(workload), {"action": "launch-rockets"}).status_code == 400
+
+
+def test_the_owner_restarts_an_ended_workload_as_a_new_attempt(team: World) -> None:
+    workload = _submit(team)
+    services.cancel_workload(actor=Actor(user=team.member_a), workload=workload)
+    response = logged_in("member_a").post(detail(workload), {"action": "restart"})
+    assert response.status_code == 302
+    restarted = Workload.all_tenants.get(pk=workload.pk)
+    assert (restarted.state, restarted.attempt) == (WorkloadState.PENDING, 2)
+    timeline = logged_in("member_a").get(detail(workload)).content.decode().split('id="timeline"')[1]
+    assert "cancelled → pending" in timeline and "RESTARTED" in timeline
+
+
+# Query counts
+
+
+def test_the_list_page_uses_a_bounded_number_of_queries(team: World, django_assert_max_num_queries: Any) -> None:
+    for i in range(30):
+        workload = _submit(team, name=f"w{i}", kind=WorkloadKind.NOTEBOOK if i % 2 else WorkloadKind.JOB)
+        if i % 3 == 0:
+            _set(workload, state=WorkloadState.RUNNING)
+    client = logged_in("member_a")
+    with django_assert_max_num_queries(8):
+        assert client.get(LIST).content.decode().count("data-workload=") == 30
+
+
+def test_the_detail_page_uses_a_bounded_number_of_queries(team: World, django_assert_max_num_queries: Any) -> None:
+    placed = _submit(team, name="big", gpus_per_replica=4, replicas=2)
+    shell.run_pass()
+    for i in range(20):
+        WorkloadEvent.all_tenants.create(tenant=team.tenant_a, workload=placed, kind=f"workload.note{i}")
+    assert Allocation.all_tenants.filter(workload=placed).count() == 8
+    client = logged_in("member_a")
+    with django_assert_max_num_queries(10):
+        page = client.get(detail(placed)).content.decode()
+    assert page.count("<code>n1</code>") >= 8
