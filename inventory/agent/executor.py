@@ -125,10 +125,10 @@ class Executor:
             return
         try:
             handle = self.runtime(ref.runtime, ref.node).start(driver_spec(spec), timeout=START_TIMEOUT)
-        except DriverError as error:
+        except Exception as error:  # noqa: BLE001 -- whatever went wrong, the controller must hear of it
             # A permanent refusal (bad image, refused spec) will not improve; a transient one already
             # waited its timeout. Either way the controller decides (fail the gang), not a retry loop here.
-            log.warning("starting %s failed: %s", ref.name, error)
+            log.warning("starting %s failed: %s", ref.name, error, exc_info=not isinstance(error, DriverError))
             report("jobs.replica_exited", **ref.ids(), exit_code=None, message=str(error), launch_failed=True)
             return
         self.watch_handle(

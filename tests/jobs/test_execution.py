@@ -1,0 +1,212 @@
+"""Execution end to end through a real worker, a real agent executor and the process runtime.
+
+Each test submits through the service, runs a real scheduling pass, and
+lets the launch, the agent's reports and the stop path run through the
+Celery worker (in-process transport, or Redis when REDIS_URL is set).
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inventory.agent import executor as executor_module
+from inventory.agent.config import AgentConfig, activate
+from inventory.models import Gpu, Node, agent_queue_for
+from jobs import services
+from jobs.choices import ReasonCode, WorkloadState
+from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
+from jobs.scheduler.shell import run_pass
+from tenants.context import Actor
+from tests.conftest import World
+from tests.inventory.factories import make_node
+from tests.jobs.factories import assign, give_quota
+from tests.workers import running_worker, wait_until
+
+NODE = "exec-local"
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[AgentConfig]:
+    """The agent of node `exec-local` in this process (process runtime), with the controller's worker."""
+    config = AgentConfig(node=NODE, work_dir=tmp_path, process_enabled=True, probe="simulated")
+    activate(config)
+    executor_module._executor = executor_module.Executor(config)
+    with running_worker(["control", agent_queue_for(NODE)], concurrency=4):
+        yield config
+    executor_module._executor = None
+
+
+def _world(world: World, gpus: int = 4, **quota: Any) -> Node:
+    give_quota(world, **quota)
+    assign(world.member_a, world.project_a)
+    node = make_node(Actor(user=world.operator), world.pool, name=NODE, runtime="process", cpu_cores=64, memory_mb=512_000)
+    for index in range(gpus):
+        Gpu.objects.create(node=node, index=index, uuid=f"GPU-{NODE}-{index}", model="NVIDIA H100 80GB HBM3")
+    return node
+
+
+def _submit(world: World, script: str, **fields: Any) -> Workload:
+    data = {
+        "name": "job",
+        "image": "registry.example.com/python:3",
+        "pool": world.pool,
+        "command": [sys.executable, "-c", textwrap.dedent(script)],
+        **fields,
+    }
+    return services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=data)
+
+
+def _state(workload: Workload) -> str:
+    return Workload.all_tenants.get(pk=workload.pk).state
+
+
+def _reached(workload: Workload, *states: str, timeout: float = 20.0) -> Workload:
+    assert wait_until(lambda: _state(workload) in states, timeout=timeout), (
+        f"workload stayed {_state(workload)}; events: "
+        + "; ".join(f"{e.to_state} {e.message}" for e in WorkloadEvent.all_tenants.filter(workload_id=workload.pk))
+    )
+    return Workload.all_tenants.get(pk=workload.pk)
+
+
+def _active_allocations(workload: Workload) -> int:
+    return Allocation.all_tenants.filter(workload_id=workload.pk, released_at__isnull=True).count()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_runs_and_its_exit_code_decides_its_state(world: World, agent: AgentConfig) -> None:
+    _world(world)
+    ok = _submit(world, "import time; print('hello', flush=True); time.sleep(0.5)")
+    bad = _submit(world, "import sys; print('oops', file=sys.stderr); sys.exit(3)", name="bad")
+    run_pass()
+    ok = _reached(ok, WorkloadState.SUCCEEDED)
+    bad = _reached(bad, WorkloadState.FAILED)
+    assert (ok.exit_code, ok.reason_code) == (0, ReasonCode.EXITED)
+    assert (bad.exit_code, bad.reason_code) == (3, ReasonCode.EXIT_NONZERO)
+    assert "exited with code 3" in bad.reason_message
+    path = list(WorkloadEvent.all_tenants.filter(workload_id=ok.pk).values_list("to_state", flat=True))
+    assert path == ["pending", "scheduled", "starting", "running", "succeeded"]
+    assert ok.started_at is not None and ok.finished_at is not None
+    for workload in (ok, bad):
+        assert _active_allocations(workload) == 0, "the GPUs are released once the replica exited"
+        replica = Replica.all_tenants.get(workload=workload)
+        assert replica.state == ReplicaState.EXITED and replica.name == f"gpucloud-w{workload.pk}-r0-a1"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_stops_a_running_job_with_sigterm_and_frees_its_gpus_after_it_exits(
+    world: World, agent: AgentConfig
+) -> None:
+    _world(world)
+    job = _submit(
+        world,
+        """
+        import signal, sys, time
+        def term(*_):
+            time.sleep(0.3)  # cleaning up inside the grace period
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, term)
+        print('ready', flush=True)
+        while True:
+            time.sleep(0.05)
+        """,
+    )
+    run_pass()
+    job = _reached(job, WorkloadState.RUNNING)
+    assert _active_allocations(job) == 1
+    cancelled = services.cancel_workload(actor=Actor(user=world.member_a), workload=job)
+    assert cancelled.state == WorkloadState.CANCELLED and cancelled.reason_code == ReasonCode.STOPPED_BY_USER
+    assert wait_until(lambda: _active_allocations(job) == 0), "GPUs are freed once the node confirms the stop"
+    replica = Replica.all_tenants.get(workload=job)
+    assert (replica.state, replica.exit_code) == (ReplicaState.EXITED, 0), "it exited by its own SIGTERM handler"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_process_that_ignores_sigterm_is_killed_after_the_pool_grace_period(world: World, agent: AgentConfig) -> None:
+    _world(world)
+    world.pool.stop_grace_seconds = 1
+    world.pool.save()
+    job = _submit(
+        world,
+        """
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print('ready', flush=True)
+        while True:
+            time.sleep(0.05)
+        """,
+    )
+    run_pass()
+    job = _reached(job, WorkloadState.RUNNING)
+    services.cancel_workload(actor=Actor(user=world.member_a), workload=job)
+    assert wait_until(lambda: _active_allocations(job) == 0, timeout=15)
+    replica = Replica.all_tenants.get(workload=job)
+    assert replica.exit_code is not None and replica.exit_code != 0, "killed, not exited by itself"
+
+
+GANG_SCRIPT = """
+import os, socket, sys, time
+rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+assert world_size == 2 and os.environ['LOCAL_RANK'] == os.environ['RANK'], dict(os.environ)
+address = (os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']))
+if rank == 0:
+    server = socket.create_server(address)
+    server.settimeout(20)
+    peer, _ = server.accept()
+    peer.sendall(b'hello from rank 0')
+    peer.close()
+else:
+    for _ in range(200):
+        try:
+            with socket.create_connection(address, timeout=1) as conn:
+                sys.exit(0 if conn.recv(64) == b'hello from rank 0' else 5)
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(6)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_gang_replicas_get_torchrun_variables_and_reach_each_other(world: World, agent: AgentConfig) -> None:
+    _world(world)
+    gang = _submit(world, GANG_SCRIPT, replicas=2, gpus_per_replica=2)
+    run_pass()
+    gang = _reached(gang, WorkloadState.SUCCEEDED, WorkloadState.FAILED)
+    assert gang.state == WorkloadState.SUCCEEDED, gang.reason_message
+    assert sorted(Replica.all_tenants.filter(workload=gang).values_list("index", "exit_code")) == [(0, 0), (1, 0)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_failing_replica_stops_the_whole_gang(world: World, agent: AgentConfig) -> None:
+    _world(world)
+    script = """
+    import os, sys, time
+    if os.environ['RANK'] == '1':
+        sys.exit(7)
+    while True:
+        time.sleep(0.05)
+    """
+    gang = _submit(world, script, replicas=2)
+    run_pass()
+    gang = _reached(gang, WorkloadState.FAILED)
+    assert gang.exit_code == 7 and "Replica 1 exited with code 7" in gang.reason_message
+    assert wait_until(lambda: _active_allocations(gang) == 0), "rank 0 is stopped and its GPU freed too"
+    assert not Replica.all_tenants.filter(workload=gang, state__in=["launching", "running"]).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_restart_runs_an_ended_job_again_as_a_new_attempt(world: World, agent: AgentConfig) -> None:
+    _world(world)
+    job = _submit(world, "import os, sys; sys.exit(0 if os.environ['GPUCLOUD_ATTEMPT'] == '2' else 1)")
+    run_pass()
+    job = _reached(job, WorkloadState.FAILED)
+    restarted = services.restart_workload(actor=Actor(user=world.member_a), workload=job)
+    assert (restarted.state, restarted.attempt, restarted.reason_code) == ("pending", 2, ReasonCode.RESTARTED)
+    run_pass()
+    job = _reached(job, WorkloadState.SUCCEEDED)
+    assert Replica.all_tenants.filter(workload=job).count() == 2, "one replica row per attempt"
