@@ -29,6 +29,7 @@ from jobs import services
 from jobs.choices import TERMINAL_STATES, WorkloadKind, WorkloadState
 from jobs.models import Workload
 from jobs.services.actions import RESTARTABLE_STATES
+from jobs.services.idle import extend_notebook
 from tenants import selectors as tenant_selectors
 from tenants.choices import Role
 from tenants.models import Project
@@ -206,6 +207,14 @@ WORKLOAD_ACTIONS = {
             lambda w: w.state in RESTARTABLE_STATES,
             services.restart_workload,
             "queued again",
+        ),
+        WorkloadAction(
+            "extend",
+            "Keep it running",
+            "It was warned as idle: keep it for another idle period (once per session).",
+            _idle_warned,
+            extend_notebook,
+            "extended",
         ),
     )
 }

@@ -7,6 +7,7 @@ reads; admin_b, of another tenant, finds nothing (404).
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -354,6 +355,20 @@ def test_the_owner_restarts_an_ended_workload_as_a_new_attempt(team: World) -> N
     assert (restarted.state, restarted.attempt) == (WorkloadState.PENDING, 2)
     timeline = logged_in("member_a").get(detail(workload)).content.decode().split('id="timeline"')[1]
     assert "cancelled → pending" in timeline and "RESTARTED" in timeline
+
+
+def test_an_idle_notebook_offers_extend_to_its_owner(team: World) -> None:
+    notebook = _set(
+        _submit(team, kind=WorkloadKind.NOTEBOOK),
+        state=WorkloadState.RUNNING,
+        idle_warned_at=timezone.now() - timedelta(minutes=5),
+    )
+    assert _actions(logged_in("member_a"), notebook) == {"stop", "extend"}
+    assert _actions(logged_in("viewer_a"), notebook) == set()
+    response = logged_in("member_a").post(detail(notebook), {"action": "extend"})
+    assert response.status_code == 302
+    assert Workload.all_tenants.get(pk=notebook.pk).idle_extended_at is not None
+    assert _actions(logged_in("member_a"), notebook) == {"stop"}
 
 
 # Query counts
