@@ -17,7 +17,7 @@ from typing import Any
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 
 from frontend import forms, selectors
@@ -153,7 +153,9 @@ def _submit(page: Page, form: forms.LaunchForm, projects: list[Project], pools: 
     except PermissionDenied as error:
         form.add_error(None, str(error))
     # The key was not used (nothing was written) or was used for another request: a fresh one either way.
-    form.data = {**form.data, form.add_prefix("idempotency_key"): uuid.uuid4().hex}
+    fresh = form.data.copy() if isinstance(form.data, QueryDict) else dict(form.data)
+    fresh[form.add_prefix("idempotency_key")] = uuid.uuid4().hex
+    form.data = fresh
     return None
 
 

@@ -219,7 +219,15 @@ def test_bad_input_shows_the_rule_next_to_its_field_and_writes_nothing(
     audit_before = AuditEvent.all_tenants.count()
     response = logged_in("member_a").post(LAUNCH, _launch_form(team, **overrides))
     assert response.status_code == 200
-    assert says in _field_error(response.content.decode(), field)
+    page = response.content.decode()
+    assert says in _field_error(page, field)
+    # The form comes back as it was sent, ready to correct.
+    kept = {"command", "env", "image"} - {field}
+    assert all(f'name="{name}"' in page for name in kept)
+    if "image" in kept:
+        assert 'value="registry.example.com/team/train:1.0"' in page
+    if "env" in kept:
+        assert "EPOCHS=3\nWANDB_MODE=offline\n</textarea>" in page
     assert not Workload.all_tenants.exists()
     assert AuditEvent.all_tenants.count() == audit_before
 
