@@ -125,7 +125,7 @@ class Executor:
             return
         try:
             handle = self.runtime(ref.runtime, ref.node).start(driver_spec(spec), timeout=START_TIMEOUT)
-        except Exception as error:  # noqa: BLE001 -- whatever went wrong, the controller must hear of it
+        except Exception as error:
             # A permanent refusal (bad image, refused spec) will not improve; a transient one already
             # waited its timeout. Either way the controller decides (fail the gang), not a retry loop here.
             log.warning("starting %s failed: %s", ref.name, error, exc_info=not isinstance(error, DriverError))

@@ -129,8 +129,12 @@ def record_replica_exited(
 def _outcome(workload: Workload, row: Replica, launch_failed: bool) -> None:
     """Decide what one replica's exit means for its live workload."""
     if launch_failed or row.exit_code != 0:
-        code = ReasonCode.LAUNCH_FAILED if launch_failed else ReasonCode.EXIT_NONZERO
-        what = f"could not be launched: {row.message}" if launch_failed else f"exited with code {row.exit_code}"
+        if launch_failed:
+            code, what = ReasonCode.LAUNCH_FAILED, f"could not be launched: {row.message}"
+        elif row.exit_code is None:
+            code, what = ReasonCode.CONTAINER_VANISHED, f"ended without an exit code ({row.message})"
+        else:
+            code, what = ReasonCode.EXIT_NONZERO, f"exited with code {row.exit_code}"
         gang = " The other replicas are stopped." if workload.replicas > 1 else ""
         stop_workload(
             workload_id=workload.pk,

@@ -30,7 +30,6 @@ from jobs.services.lifecycle import release_allocations, transition_workload
 from jobs.triggers import request_scheduling_pass
 
 LIVE_REPLICA_STATES = (ReplicaState.LAUNCHING, ReplicaState.RUNNING)
-STOPPABLE_STATES = (*ACTIVE_STATES, WorkloadState.PREEMPTED)
 
 
 def grace_seconds(workload: Workload) -> int:

@@ -15,10 +15,9 @@ from django.utils import timezone
 
 from inventory.choices import NodeState
 from jobs.choices import ACTIVE_STATES, ReasonCode, WorkloadKind, WorkloadState
-from jobs.models import Replica, ReplicaState, Workload
+from jobs.models import Allocation, Replica, ReplicaState, Workload
 from jobs.services.stopping import (
     LIVE_REPLICA_STATES,
-    STOPPABLE_STATES,
     node_lost_requeues,
     settle_workload,
     stop_workload,
@@ -95,8 +94,7 @@ def _lose(workload_id: int, replicas: list[Replica], nodes: list[str]) -> int:
     Replica.all_tenants.filter(pk__in=[r.pk for r in replicas], state__in=LIVE_REPLICA_STATES).update(
         state=ReplicaState.LOST, finished_at=now, message="The node stopped answering."
     )
-    from jobs.models import Allocation  # the allocations on the lost nodes: their GPUs are gone with them
-
+    # The GPUs of the lost nodes are gone with them: nothing there can be stopped or waited for.
     Allocation.all_tenants.filter(workload_id=workload_id, node__name__in=nodes, released_at__isnull=True).update(
         released_at=now
     )
@@ -115,7 +113,7 @@ def _lose(workload_id: int, replicas: list[Replica], nodes: list[str]) -> int:
         message = f"Node {where} was lost and the job used all {workload.requeue_limit} requeues."
     stop_workload(
         workload_id=workload_id,
-        from_states=STOPPABLE_STATES,
+        from_states=tuple(ACTIVE_STATES),
         to_state=target,
         reason_code=ReasonCode.NODE_LOST,
         message=message,

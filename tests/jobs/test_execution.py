@@ -23,6 +23,7 @@ from jobs.choices import ReasonCode, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
 from jobs.scheduler.shell import run_pass
 from tenants.context import Actor
+from tenants.models import Project
 from tests.conftest import World
 from tests.inventory.factories import make_node
 from tests.jobs.factories import assign, give_quota
@@ -45,7 +46,9 @@ def agent(tmp_path: Path) -> Iterator[AgentConfig]:
 def _world(world: World, gpus: int = 4, **quota: Any) -> Node:
     give_quota(world, **quota)
     assign(world.member_a, world.project_a)
-    node = make_node(Actor(user=world.operator), world.pool, name=NODE, runtime="process", cpu_cores=64, memory_mb=512_000)
+    node = make_node(
+        Actor(user=world.operator), world.pool, name=NODE, runtime="process", cpu_cores=64, memory_mb=512_000
+    )
     for index in range(gpus):
         Gpu.objects.create(node=node, index=index, uuid=f"GPU-{NODE}-{index}", model="NVIDIA H100 80GB HBM3")
     return node
@@ -210,3 +213,52 @@ def test_restart_runs_an_ended_job_again_as_a_new_attempt(world: World, agent: A
     run_pass()
     job = _reached(job, WorkloadState.SUCCEEDED)
     assert Replica.all_tenants.filter(workload=job).count() == 2, "one replica row per attempt"
+
+
+TRAP_SCRIPT = """
+import signal, sys, time
+def term(*_):
+    print('got SIGTERM', flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reclaim_stops_the_borrower_politely_requeues_it_and_then_places_the_guaranteed_work(
+    world: World, agent: AgentConfig, settings: Any
+) -> None:
+    settings.SCHEDULER_MIN_RUNTIME_SECONDS = 0
+    _world(world, gpus=4, guaranteed=0, limit=4)
+    gamma = Project.all_tenants.create(tenant=world.tenant_a, slug="gamma", name="Gamma")
+    give_quota(world, gamma, guaranteed=4, limit=4)
+    assign(world.member_a, gamma)
+    borrower = _submit(world, TRAP_SCRIPT, name="borrower", gpus_per_replica=4)
+    run_pass()
+    borrower = _reached(borrower, WorkloadState.RUNNING)
+    owed = services.submit_workload(
+        actor=Actor(user=world.member_a),
+        project=gamma,
+        data={
+            "name": "owed",
+            "image": "registry.example.com/python:3",
+            "pool": world.pool,
+            "gpus_per_replica": 4,
+            "command": [sys.executable, "-c", "print('mine now')"],
+        },
+    )
+    run_pass()
+    preempted = Workload.all_tenants.get(pk=borrower.pk)
+    assert preempted.state in (WorkloadState.PREEMPTED, WorkloadState.PENDING)
+    assert preempted.reason_code == ReasonCode.RECLAIM_GUARANTEE
+    # The claimant is not given GPUs the borrower still holds during its grace period.
+    assert Workload.all_tenants.get(pk=owed.pk).state == WorkloadState.PENDING
+    requeued = _reached(borrower, WorkloadState.PENDING)
+    assert requeued.attempt == 2 and requeued.submitted_at == borrower.submitted_at, "keeps its place in order"
+    assert Replica.all_tenants.get(workload=borrower, attempt=1).exit_code == 0, "it exited by its SIGTERM handler"
+    run_pass()
+    assert _reached(owed, WorkloadState.SUCCEEDED).exit_code == 0
+    kinds = list(WorkloadEvent.all_tenants.filter(workload_id=borrower.pk).values_list("to_state", flat=True))
+    assert kinds[-2:] == ["preempted", "pending"]

@@ -1,0 +1,166 @@
+"""The periodic rules (lost nodes, time limits) and the ledger half of reconcile, on the ledger alone.
+
+Messages to the agents are sent on commit; these tests run inside a
+transaction that never commits, so they check what the ledger decided and
+play the agents' reports themselves.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from inventory.choices import NodeState
+from inventory.models import Node, NodeEvent
+from jobs import services
+from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
+from jobs.models import Allocation, Replica, ReplicaState, Workload
+from jobs.scheduler.shell import run_pass
+from jobs.services import reconcile, replicas, watchdog
+from jobs.services.execution import launch_workload
+from tenants.context import Actor
+from tests.conftest import World
+from tests.jobs.factories import ready_world, request
+
+pytestmark = pytest.mark.django_db
+
+
+def _running(world: World, **fields: Any) -> Workload:
+    """Submit, place, launch and report started: a running workload on node n1."""
+    workload = services.submit_workload(
+        actor=Actor(user=world.member_a), project=world.project_a, data=request(world, **fields)
+    )
+    if workload.kind == WorkloadKind.NOTEBOOK:
+        Workload.all_tenants.filter(pk=workload.pk).update(service_port=8888)
+    run_pass()
+    workload.refresh_from_db()
+    launch_workload(workload=workload)
+    workload.refresh_from_db()
+    for row in Replica.all_tenants.filter(workload=workload, attempt=workload.attempt):
+        replicas.record_replica_started(
+            workload_id=workload.pk, attempt=row.attempt, replica=row.index, handle={"name": row.name}
+        )
+        if workload.kind == WorkloadKind.NOTEBOOK:
+            replicas.record_replica_ready(workload_id=workload.pk, attempt=row.attempt, replica=row.index)
+    workload.refresh_from_db()
+    assert workload.state == WorkloadState.RUNNING
+    return workload
+
+
+def _ready(world: World) -> None:
+    ready_world(world)
+    Node.objects.filter(name="n1").update(cpu_cores=64, memory_mb=512_000)
+
+
+def _lose_node() -> None:
+    Node.objects.filter(name="n1").update(state=NodeState.UNREACHABLE)
+
+
+def _held(workload: Workload) -> int:
+    return Allocation.all_tenants.filter(workload=workload, released_at__isnull=True).count()
+
+
+def test_a_lost_node_requeues_a_batch_job_until_its_requeue_limit_then_fails_it(world: World) -> None:
+    _ready(world)
+    job = _running(world, requeue_limit=1)
+    _lose_node()
+    assert watchdog.handle_lost_nodes() == 1
+    job.refresh_from_db()
+    assert (job.state, job.attempt, job.reason_code) == (WorkloadState.PENDING, 2, ReasonCode.NODE_LOST)
+    assert _held(job) == 0 and Replica.all_tenants.get(workload=job, attempt=1).state == ReplicaState.LOST
+    assert watchdog.handle_lost_nodes() == 0, "idempotent"
+    Node.objects.filter(name="n1").update(state=NodeState.READY)
+    job = _running_again(job)
+    _lose_node()
+    watchdog.handle_lost_nodes()
+    job.refresh_from_db()
+    assert (job.state, job.reason_code) == (WorkloadState.FAILED, ReasonCode.NODE_LOST)
+    assert "used all 1 requeues" in job.reason_message and _held(job) == 0
+
+
+def _running_again(job: Workload) -> Workload:
+    run_pass()
+    job.refresh_from_db()
+    launch_workload(workload=job)
+    row = Replica.all_tenants.get(workload=job, attempt=job.attempt)
+    replicas.record_replica_started(workload_id=job.pk, attempt=job.attempt, replica=0, handle={"name": row.name})
+    job.refresh_from_db()
+    assert job.state == WorkloadState.RUNNING
+    return job
+
+
+def test_a_lost_node_ends_a_notebook_as_lost_and_tells_its_owner(world: World) -> None:
+    _ready(world)
+    notebook = _running(world, kind=WorkloadKind.NOTEBOOK)
+    _lose_node()
+    watchdog.handle_lost_nodes()
+    notebook.refresh_from_db()
+    assert (notebook.state, notebook.reason_code) == (WorkloadState.LOST, ReasonCode.NODE_LOST)
+    assert "notebook session ended" in notebook.reason_message and _held(notebook) == 0
+
+
+def test_maximum_runtime_fails_the_workload_and_frees_its_gpus_once_stopped(world: World) -> None:
+    _ready(world)
+    job = _running(world, max_runtime_seconds=120)
+    assert watchdog.enforce_time_limits(now=timezone.now() + timedelta(seconds=60)) == {
+        "max_runtime": 0,
+        "start_timeout": 0,
+    }
+    watchdog.enforce_time_limits(now=timezone.now() + timedelta(seconds=121))
+    job.refresh_from_db()
+    assert (job.state, job.reason_code) == (WorkloadState.FAILED, ReasonCode.MAX_RUNTIME)
+    assert job.stop_requested_at is not None and _held(job) == 1, "held until the node confirms the stop"
+    replicas.record_replica_exited(workload_id=job.pk, attempt=1, replica=0, exit_code=143)
+    assert _held(job) == 0
+    job.refresh_from_db()
+    assert job.state == WorkloadState.FAILED and job.reason_code == ReasonCode.MAX_RUNTIME, "the exit changes nothing"
+
+
+def test_a_launch_stuck_past_the_start_timeout_fails(world: World, settings: Any) -> None:
+    _ready(world)
+    job = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
+    run_pass()
+    settings.WORKLOAD_START_TIMEOUT_SECONDS = 60
+    watchdog.enforce_time_limits(now=timezone.now() + timedelta(seconds=61))
+    job.refresh_from_db()
+    assert (job.state, job.reason_code) == (WorkloadState.FAILED, ReasonCode.START_TIMEOUT)
+    assert _held(job) == 0, "nothing was launched, so nothing to wait for"
+
+
+def test_reconcile_releases_allocations_left_behind(world: World) -> None:
+    _ready(world)
+    job = _running(world)
+    # A cancelled workload whose replica exit was recorded but whose allocation was not released
+    # (a crash between the two, or a hand edit): reconcile releases it.
+    Workload.all_tenants.filter(pk=job.pk).update(state=WorkloadState.CANCELLED)
+    Replica.all_tenants.filter(workload=job).update(state=ReplicaState.EXITED)
+    assert _held(job) == 1
+    assert reconcile.reconcile_ledger()["released"] == 1
+    assert _held(job) == 0
+
+
+def test_reconcile_stops_orphans_and_records_vanished_replicas(world: World) -> None:
+    _ready(world)
+    job = _running(world)
+    row = Replica.all_tenants.get(workload=job)
+    managed = [{"name": "gpucloud-w999-r0-a1", "workload_id": "999", "attempt": 1, "replica": 0, "state": "running"}]
+    later = timezone.now() + timedelta(minutes=5)
+    counts = reconcile.reconcile_node(node="n1", managed=managed, now=later)
+    assert counts == {"orphans": 1, "vanished": 1, "watched": 0}
+    assert NodeEvent.objects.filter(kind="node.orphan_stopped", data__name="gpucloud-w999-r0-a1").exists()
+    job.refresh_from_db()
+    assert (job.state, job.reason_code) == (WorkloadState.FAILED, ReasonCode.CONTAINER_VANISHED)
+    assert _held(job) == 0 and Replica.all_tenants.get(pk=row.pk).state == ReplicaState.EXITED
+
+
+def test_reconcile_rewatches_replicas_that_run_on_both_sides(world: World) -> None:
+    _ready(world)
+    job = _running(world)
+    row = Replica.all_tenants.get(workload=job)
+    managed = [{"name": row.name, "workload_id": str(job.pk), "attempt": 1, "replica": 0, "state": "running"}]
+    assert reconcile.reconcile_node(node="n1", managed=managed) == {"orphans": 0, "vanished": 0, "watched": 1}
+    job.refresh_from_db()
+    assert job.state == WorkloadState.RUNNING
