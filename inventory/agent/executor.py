@@ -112,6 +112,7 @@ class Executor:
                     process_enabled=config.process_enabled,
                     docker_url=config.docker_url,
                     pull_images=config.pull_images,
+                    publish_address=config.publish_address,
                 )
             return self._runtimes[key]
 

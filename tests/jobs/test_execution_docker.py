@@ -1,0 +1,170 @@
+"""Execution on the real Docker Engine: a job's logs and exit code, SIGTERM and the grace period, orphans.
+
+The node's agent runs in this process with the Docker runtime; images come
+from the locally built test image (nothing is pulled).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import pytest
+
+from inventory.agent import executor as executor_module
+from inventory.agent.config import AgentConfig, activate
+from inventory.drivers import policy
+from inventory.drivers.base import WorkloadSpec
+from inventory.drivers.docker_runtime import DockerRuntime
+from inventory.models import Gpu, Node, NodeEvent, agent_queue_for
+from jobs import selectors, services
+from jobs.choices import ReasonCode, WorkloadState
+from jobs.models import Allocation, Replica, Workload, WorkloadEvent
+from jobs.scheduler.shell import run_pass
+from jobs.services import reconcile
+from tenants.context import Actor
+from tenants.scoping import tenant_scope
+from tests.conftest import World
+from tests.inventory.factories import make_node
+from tests.jobs.factories import assign, give_quota
+from tests.workers import running_worker, wait_until
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+NODE = "exec-docker"
+
+
+@pytest.fixture
+def docker_agent(tmp_path: Path, test_image: str) -> Iterator[AgentConfig]:
+    """The agent of node `exec-docker` in this process, driving the local Docker Engine."""
+    config = AgentConfig(node=NODE, work_dir=tmp_path, pull_images=False, probe="simulated")
+    activate(config)
+    executor_module._executor = executor_module.Executor(config)
+    with running_worker(["control", agent_queue_for(NODE)], concurrency=4):
+        yield config
+    executor_module._executor = None
+    client = docker.DockerClient(base_url="unix:///var/run/docker.sock", timeout=30)
+    try:
+        for container in client.api.containers(all=True, filters={"label": f"{policy.LABEL_TENANT}=tenant-a"}):
+            with suppress(docker.errors.NotFound):
+                client.api.remove_container(container["Id"], force=True)
+        for network in client.api.networks(names=[policy.tenant_network_name("tenant-a")]):
+            with suppress(docker.errors.APIError):
+                client.api.remove_network(network["Id"])
+    finally:
+        client.close()
+
+
+def _world(world: World) -> Node:
+    give_quota(world)
+    assign(world.member_a, world.project_a)
+    node = make_node(Actor(user=world.operator), world.pool, name=NODE, runtime="docker", cpu_cores=8, memory_mb=16_000)
+    Gpu.objects.create(node=node, index=0, uuid=f"GPU-{NODE}-0", model="NVIDIA H100 80GB HBM3")
+    return node
+
+
+def _submit(world: World, image: str, script: str, **fields: Any) -> Workload:
+    data = {
+        "name": "job",
+        "image": image,
+        "pool": world.pool,
+        "command": ["sh", "-c", script],
+        "gpus_per_replica": 0,
+        "cpu_milli": 500,
+        "memory_mib": 64,
+        **fields,
+    }
+    return services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=data)
+
+
+def _reached(workload: Workload, *states: str, timeout: float = 30.0) -> Workload:
+    def current() -> str:
+        return Workload.all_tenants.get(pk=workload.pk).state
+
+    assert wait_until(lambda: current() in states, timeout=timeout), f"stayed {current()}: " + "; ".join(
+        f"{e.to_state} {e.message}" for e in WorkloadEvent.all_tenants.filter(workload_id=workload.pk)
+    )
+    return Workload.all_tenants.get(pk=workload.pk)
+
+
+def _log_text(world: World, workload: Workload) -> list[str]:
+    with tenant_scope(world.tenant_a):
+        return [line["text"] for line in selectors.iter_log_lines(workload)]
+
+
+def test_a_container_job_runs_its_logs_arrive_and_exit_codes_map_to_states(
+    world: World, docker_agent: AgentConfig, test_image: str
+) -> None:
+    _world(world)
+    failing = _submit(world, test_image, "echo to stdout; echo to stderr >&2; exit 3")
+    passing = _submit(world, test_image, "for i in 1 2 3; do echo line $i; done", name="ok")
+    run_pass()
+    failing = _reached(failing, WorkloadState.FAILED)
+    passing = _reached(passing, WorkloadState.SUCCEEDED)
+    assert (failing.exit_code, failing.reason_code) == (3, ReasonCode.EXIT_NONZERO)
+    assert passing.exit_code == 0
+    assert wait_until(lambda: len(_log_text(world, passing)) == 3)
+    assert _log_text(world, passing) == ["line 1", "line 2", "line 3"]
+    assert wait_until(lambda: sorted(_log_text(world, failing)) == ["to stderr", "to stdout"])
+    assert not Allocation.all_tenants.filter(workload__in=[failing, passing], released_at__isnull=True).exists()
+
+
+def test_a_container_trapping_sigterm_gets_its_grace_period_and_one_ignoring_it_is_killed(
+    world: World, docker_agent: AgentConfig, test_image: str
+) -> None:
+    _world(world)
+    world.pool.stop_grace_seconds = 2
+    world.pool.save()
+    polite = _submit(
+        world, test_image, "trap 'echo cleaning up; sleep 1; exit 0' TERM; echo up; while true; do sleep 0.1; done"
+    )
+    stubborn = _submit(world, test_image, "trap '' TERM; echo up; while true; do sleep 0.1; done", name="stubborn")
+    run_pass()
+    for workload in (polite, stubborn):
+        _reached(workload, WorkloadState.RUNNING)
+    started = time.monotonic()
+    for workload in (polite, stubborn):
+        services.cancel_workload(actor=Actor(user=world.member_a), workload=workload)
+
+    def exited(workload: Workload) -> Replica | None:
+        return Replica.all_tenants.filter(workload=workload, state="exited").first()
+
+    assert wait_until(lambda: exited(polite) is not None and exited(stubborn) is not None, timeout=30)
+    assert exited(polite).exit_code == 0, "it finished its cleanup within the grace period"  # type: ignore[union-attr]
+    assert exited(stubborn).exit_code == 137, "killed after the grace period"  # type: ignore[union-attr]
+    assert time.monotonic() - started >= 2, "the stubborn one had its 2 s before SIGKILL"
+    assert wait_until(lambda: "cleaning up" in _log_text(world, polite))
+
+
+def test_reconcile_stops_an_orphan_container_and_releases_a_dangling_allocation(
+    world: World, docker_agent: AgentConfig, test_image: str
+) -> None:
+    _world(world)
+    runtime = DockerRuntime(pull_images=False)
+    orphan = WorkloadSpec(
+        name="gpucloud-w999999-r0-a1",
+        workload_id="999999",
+        tenant="tenant-a",
+        attempt=1,
+        image=test_image,
+        command=["sh", "-c", "while true; do sleep 1; done"],
+    )
+    runtime.start(orphan)
+    job = _submit(world, test_image, "echo done")
+    run_pass()
+    job = _reached(job, WorkloadState.SUCCEEDED)
+    # A crash left the job's allocation behind: reconcile releases it.
+    Allocation.all_tenants.filter(workload=job).update(released_at=None)
+    reconcile.reconcile_ledger()
+    assert not Allocation.all_tenants.filter(workload=job, released_at__isnull=True).exists()
+    reconcile.request_node_inventories()
+
+    def gone() -> bool:
+        return not [m for m in runtime.list_managed() if m.name == orphan.name]
+
+    assert wait_until(gone, timeout=30), "the orphan container was stopped and removed"
+    assert NodeEvent.objects.filter(node__name=NODE, kind="node.orphan_stopped").exists()
