@@ -18,6 +18,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("tenants/<str:tenant>/", include(jobs_api.tenant.urls)),
     path("", include(tenants_api.platform.urls)),
     path("", include(inventory_api.platform.urls)),
+    path("", include(jobs_api.platform.urls)),
 ]
 
 urlpatterns = [

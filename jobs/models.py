@@ -76,7 +76,18 @@ class Workload(TenantOwnedModel):
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
-        indexes = [models.Index(fields=["pool", "state"]), models.Index(fields=["tenant", "state"])]
+        indexes = [
+            models.Index(fields=["pool", "state"]),
+            models.Index(fields=["tenant", "state"]),
+            # Submission's count limits: a project's pending work per pool, an owner's unfinished
+            # notebooks. Partial, so counting never walks the rest of the backlog or history.
+            models.Index(fields=["project", "pool"], condition=Q(state="pending"), name="workload_pending_per_project"),
+            models.Index(
+                fields=["owner", "pool"],
+                condition=Q(kind="notebook", state__in=["pending", "scheduled", "starting", "running", "preempted"]),
+                name="workload_live_notebooks",
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "owner", "idempotency_key"],

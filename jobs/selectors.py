@@ -8,9 +8,9 @@ controller's hooks do.
 from __future__ import annotations
 
 from django.contrib.auth.models import User
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Count, F, Prefetch, Q, QuerySet
 
-from jobs.models import Allocation, Workload, WorkloadEvent
+from jobs.models import Allocation, AllowedImage, LaunchPreset, Workload, WorkloadEvent
 from tenants.models import Project
 
 
@@ -57,3 +57,22 @@ def active_allocations_by_node(node_ids: list[int]) -> dict[int, int]:
         .order_by()
     )
     return {row["node_id"]: row["n"] for row in rows}
+
+
+def presets_for_tenant() -> QuerySet[LaunchPreset]:
+    """Return the active tenant's launch presets by name, with their pools loaded."""
+    return LaunchPreset.objects.select_related("pool").order_by("name")
+
+
+def allowed_images_for_tenant(tenant_id: int) -> QuerySet[AllowedImage]:
+    """Return the image patterns that apply to one tenant: its own and the platform-wide ones, never another's.
+
+    Allowed images are not tenant-owned rows (platform-wide ones have no
+    tenant), so this names the tenant instead of relying on the scope.
+    """
+    return AllowedImage.objects.filter(Q(tenant_id=tenant_id) | Q(tenant__isnull=True)).select_related("tenant")
+
+
+def allowed_images_for_operators() -> QuerySet[AllowedImage]:
+    """Return every image pattern of the platform, platform-wide ones first, then by tenant and pattern."""
+    return AllowedImage.objects.select_related("tenant").order_by(F("tenant__slug").asc(nulls_first=True), "pattern")

@@ -10,8 +10,10 @@ from rest_framework import serializers
 from inventory.models import NodePool
 from inventory.selectors import pools_open_to_tenant
 from jobs.choices import PriorityClass, WorkloadKind, WorkloadState
-from jobs.models import Allocation, Workload, WorkloadEvent
+from jobs.models import Allocation, AllowedImage, LaunchPreset, Workload, WorkloadEvent
+from jobs.selectors import presets_for_tenant
 from tenants.api.fields import ScopedSlugField
+from tenants.models import Tenant
 from tenants.selectors import projects_in_scope
 
 
@@ -31,7 +33,8 @@ class WorkloadStateField(serializers.ChoiceField):
 
 
 def _projects(context: dict[str, Any]) -> Any:
-    return projects_in_scope()
+    # With its tenant: the submission service checks the submitter's role there without another query.
+    return projects_in_scope().select_related("tenant")
 
 
 def _open_pools(context: dict[str, Any]) -> Any:
@@ -39,33 +42,64 @@ def _open_pools(context: dict[str, Any]) -> Any:
 
 
 class WorkloadItemSerializer(serializers.Serializer):
-    """One workload to submit; the pool is a name among those the tenant may use."""
+    """One workload to submit; the pool is a name among those the tenant may use.
 
-    kind = WorkloadKindField(default=WorkloadKind.JOB)
+    `preset` (a launch preset's id) fills in every field the item leaves out;
+    without one, the defaults are the service's (kind job, 1 GPU, ...). So
+    that the two can be told apart, fields left out stay out of the data.
+    """
+
+    preset = serializers.IntegerField(required=False, help_text="A launch preset's id: its fields are defaults.")
+    kind = WorkloadKindField(required=False)
     name = serializers.CharField(max_length=63)
-    image = serializers.CharField(max_length=255)
-    command = serializers.ListField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), default=list)
-    env = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), default=dict)
-    gpus_per_replica = serializers.IntegerField(default=1)
-    replicas = serializers.IntegerField(default=1)
-    gpu_models = serializers.ListField(child=serializers.CharField(), default=list)
-    pool = serializers.CharField(max_length=40)
-    cpu_milli = serializers.IntegerField(default=1000)
-    memory_mib = serializers.IntegerField(default=4096)
-    priority_class = serializers.ChoiceField(choices=PriorityClass.choices, default=PriorityClass.NORMAL)
-    max_runtime_seconds = serializers.IntegerField(required=False, allow_null=True, default=None)
-    requeue_limit = serializers.IntegerField(default=3)
+    image = serializers.CharField(max_length=255, required=False)
+    command = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
+    )
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False)
+    gpus_per_replica = serializers.IntegerField(required=False, help_text="Default 1.")
+    replicas = serializers.IntegerField(required=False, help_text="Default 1.")
+    gpu_models = serializers.ListField(child=serializers.CharField(), required=False)
+    pool = serializers.CharField(max_length=40, required=False)
+    cpu_milli = serializers.IntegerField(required=False, help_text="Default 1000.")
+    memory_mib = serializers.IntegerField(required=False, help_text="Default 4096.")
+    priority_class = serializers.ChoiceField(choices=PriorityClass.choices, required=False)
+    max_runtime_seconds = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Default: the quota's maximum."
+    )
+    requeue_limit = serializers.IntegerField(required=False, help_text="Default 3.")
 
 
 def _resolve_pools(items: list[dict[str, Any]], context: dict[str, Any], prefix: str) -> None:
     """Replace each item's pool name by the pool, in one query; an unusable pool reads as a missing one."""
-    pools = {p.name: p for p in _open_pools(context).filter(name__in={item["pool"] for item in items})}
+    names = {item["pool"] for item in items if "pool" in item}
+    if not names:
+        return
+    pools = {p.name: p for p in _open_pools(context).filter(name__in=names)}
     errors: dict[str, list[str]] = {}
     for index, item in enumerate(items):
+        if "pool" not in item:
+            continue
         pool: NodePool | None = pools.get(item["pool"])
         if pool is None:
             errors[f"{prefix.format(index=index)}pool"] = [f"No pool named {item['pool']}."]
         item["pool"] = pool
+    if errors:
+        raise serializers.ValidationError(errors, code="does_not_exist")
+
+
+def _resolve_presets(items: list[dict[str, Any]], prefix: str) -> None:
+    """Replace each item's preset id by the tenant's preset, in one query; another tenant's reads as missing."""
+    ids = {item["preset"] for item in items if "preset" in item}
+    if not ids:
+        return
+    presets = {p.pk: p for p in presets_for_tenant().filter(pk__in=ids)}
+    errors: dict[str, list[str]] = {}
+    for index, item in enumerate(items):
+        if "preset" in item:
+            item["preset"] = presets.get(item["preset"])
+            if item["preset"] is None:
+                errors[f"{prefix.format(index=index)}preset"] = ["No such launch preset in this tenant."]
     if errors:
         raise serializers.ValidationError(errors, code="does_not_exist")
 
@@ -77,6 +111,7 @@ class WorkloadInputSerializer(WorkloadItemSerializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         _resolve_pools([attrs], self.context, "")
+        _resolve_presets([attrs], "")
         return attrs
 
 
@@ -89,6 +124,7 @@ class BulkInputSerializer(serializers.Serializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs["items"] = [dict(item) for item in attrs["items"]]
         _resolve_pools(attrs["items"], self.context, "items[{index}].")
+        _resolve_presets(attrs["items"], "items[{index}].")
         return attrs
 
 
@@ -172,3 +208,77 @@ class BulkResultSerializer(serializers.Serializer):
 
     count = serializers.IntegerField(read_only=True)
     results = WorkloadSerializer(many=True, read_only=True)
+
+
+def _tenants(context: dict[str, Any]) -> Any:
+    return Tenant.objects.all()
+
+
+class AllowedImageSerializer(serializers.ModelSerializer):
+    """An allowed image pattern; `tenant` is empty for a platform-wide one."""
+
+    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = AllowedImage
+        fields = ["id", "tenant", "pattern", "notebook", "description", "created_at"]
+        read_only_fields = fields
+
+
+class AllowedImageCreateSerializer(serializers.Serializer):
+    """A pattern to allow: for one tenant (its slug), or for every tenant when `tenant` is left out or null."""
+
+    pattern = serializers.CharField(max_length=255, trim_whitespace=False)
+    tenant = ScopedSlugField(selector=_tenants, required=False, allow_null=True, default=None)
+    notebook = serializers.BooleanField(default=False)
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class LaunchPresetSerializer(serializers.ModelSerializer):
+    pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    kind = WorkloadKindField(read_only=True)
+
+    class Meta:
+        model = LaunchPreset
+        fields = [
+            "id",
+            "name",
+            "description",
+            "kind",
+            "image",
+            "command",
+            "pool",
+            "gpus_per_replica",
+            "replicas",
+            "cpu_milli",
+            "memory_mib",
+            "idle_timeout_seconds",
+            "max_runtime_seconds",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class LaunchPresetInputSerializer(serializers.Serializer):
+    """A preset's fields; on update, only those sent change. The pool is a name among the tenant's pools."""
+
+    name = serializers.CharField(max_length=63, trim_whitespace=False)
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    kind = WorkloadKindField(required=False)
+    image = serializers.CharField(max_length=255)
+    command = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
+    )
+    pool = serializers.CharField(max_length=40)
+    gpus_per_replica = serializers.IntegerField(required=False)
+    replicas = serializers.IntegerField(required=False)
+    cpu_milli = serializers.IntegerField(required=False)
+    memory_mib = serializers.IntegerField(required=False)
+    idle_timeout_seconds = serializers.IntegerField(required=False, allow_null=True)
+    max_runtime_seconds = serializers.IntegerField(required=False, allow_null=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "pool" in attrs:
+            _resolve_pools([attrs], self.context, "")
+        return attrs

@@ -15,8 +15,9 @@ from rest_framework.response import Response
 from jobs import selectors, services
 from jobs.api import serializers as s
 from jobs.api.filters import WorkloadFilter
-from jobs.models import Workload
-from tenants.api.base import TenantViewSet
+from jobs.models import AllowedImage, LaunchPreset, Workload
+from jobs.services import images, presets
+from tenants.api.base import PlatformViewSet, TenantViewSet
 from tenants.choices import Role
 
 _READ = (mixins.ListModelMixin, mixins.RetrieveModelMixin)
@@ -98,3 +99,71 @@ class WorkloadBulkEndpoint(TenantViewSet):
         )
         body = {"count": len(submission.workloads), "results": submission.workloads}
         return Response(s.BulkResultSerializer(body).data, status=_status(submission))
+
+
+class AllowedImageEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformViewSet):
+    """Allowed image patterns of the whole platform: operators list, add and remove them."""
+
+    serializer_class = s.AllowedImageSerializer
+    read_role = Role.OPERATOR
+    lookup_value_regex = r"[0-9]+"
+    filterset_fields = ["notebook"]
+    search_fields = ["pattern", "description"]
+
+    def scoped_queryset(self) -> QuerySet[AllowedImage]:
+        return selectors.allowed_images_for_operators()
+
+    @extend_schema(request=s.AllowedImageCreateSerializer, responses={201: s.AllowedImageSerializer})
+    def create(self, request: Request) -> Response:
+        data = self.validated_input(s.AllowedImageCreateSerializer)
+        return self.respond(images.create_allowed_image(actor=self.actor, **data), status.HTTP_201_CREATED)
+
+    def destroy(self, request: Request, pk: str) -> Response:
+        images.delete_allowed_image(actor=self.actor, image=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TenantImageEndpoint(mixins.ListModelMixin, TenantViewSet):
+    """The image patterns a tenant may run: its own and the platform-wide ones (read-only).
+
+    While no pattern exists anywhere on the platform every image is allowed (docs/images.md).
+    """
+
+    serializer_class = s.AllowedImageSerializer
+
+    def scoped_queryset(self) -> QuerySet[AllowedImage]:
+        return selectors.allowed_images_for_tenant(self.tenant.pk)
+
+    def list(self, request: Request, tenant: str) -> Response:
+        # The base filters its queryset to rows of this tenant, which would drop the
+        # platform-wide patterns (no tenant); the selector names the tenant itself.
+        queryset = self.filter_queryset(self.scoped_queryset())
+        page = self.paginate_queryset(queryset)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+
+class LaunchPresetEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy cannot check bases unpacked from a tuple
+    """A tenant's launch presets: everyone in the tenant reads, tenant admins write."""
+
+    serializer_class = s.LaunchPresetSerializer
+    lookup_value_regex = r"[0-9]+"
+    ordering_fields = ["name", "created_at"]
+    search_fields = ["name", "description", "image"]
+
+    def scoped_queryset(self) -> QuerySet[LaunchPreset]:
+        return selectors.presets_for_tenant()
+
+    @extend_schema(request=s.LaunchPresetInputSerializer, responses={201: s.LaunchPresetSerializer})
+    def create(self, request: Request, tenant: str) -> Response:
+        data = self.validated_input(s.LaunchPresetInputSerializer)
+        preset = presets.create_preset(actor=self.actor, tenant=self.tenant, values=presets.PresetValues(**data))
+        return self.respond(preset, status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.LaunchPresetInputSerializer, responses=s.LaunchPresetSerializer)
+    def partial_update(self, request: Request, tenant: str, pk: str) -> Response:
+        data = self.validated_input(s.LaunchPresetInputSerializer, partial=True)
+        return self.respond(presets.update_preset(actor=self.actor, preset=self.get_object(), changes=data))
+
+    def destroy(self, request: Request, tenant: str, pk: str) -> Response:
+        presets.delete_preset(actor=self.actor, preset=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)

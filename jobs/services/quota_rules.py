@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
-from django.db.models import Count, QuerySet
+from django.db.models import Count, OuterRef, Q, Subquery
 
 from gpucloud.errors import invalid
 from inventory.choices import GpuHealth, NodeState
@@ -41,37 +42,42 @@ class Limits:
     max_runtime_seconds: int | None
 
 
+_FALLBACK_LIMITS = ("max_pending_workloads", "max_notebooks_per_user", "max_runtime_seconds")
+
+
 def lock_limits(project: Project, pools: Sequence[NodePool]) -> dict[int, Limits]:
     """Lock the project's quota rows in `pools` (in pool order) and return its limits by pool id.
 
-    Raises ValidationError on `pool` (rule `no_quota`) when the project has no quota in one of them.
+    One query: the tenant's limits in the same pools come along as subqueries
+    (only the project's rows are locked). Raises ValidationError on `pool`
+    (rule `no_quota`) when the project has no quota in one of them.
     """
     by_id = {pool.pk: pool for pool in pools}
-    quotas = {
-        q.pool_id: q
-        for q in ProjectQuota.all_tenants.select_for_update()
+    tenant_quota = TenantQuota.all_tenants.filter(tenant_id=project.tenant_id, pool_id=OuterRef("pool_id"))
+    rows = (
+        ProjectQuota.all_tenants.select_for_update(of=("self",))
         .filter(project=project, pool_id__in=sorted(by_id))
+        .annotate(**{f"tenant_{name}": Subquery(tenant_quota.values(name)[:1]) for name in _FALLBACK_LIMITS})
+        .values("pool_id", "limit", *_FALLBACK_LIMITS, *(f"tenant_{name}" for name in _FALLBACK_LIMITS))
         .order_by("pool_id")
-    }
+    )
+    quotas = {row["pool_id"]: row for row in rows}
     for pool_id, pool in by_id.items():
         if pool_id not in quotas:
             raise invalid(
                 "pool", "no_quota", f"Project {project.slug} has no quota in pool {pool.name}; ask a tenant admin."
             )
-    tenant_quotas = {
-        q.pool_id: q for q in TenantQuota.all_tenants.filter(tenant_id=project.tenant_id, pool_id__in=by_id)
-    }
-    return {pool_id: _limits(by_id[pool_id], q, tenant_quotas.get(pool_id)) for pool_id, q in quotas.items()}
+    return {pool_id: _limits(by_id[pool_id], row) for pool_id, row in quotas.items()}
 
 
-def _limits(pool: NodePool, quota: ProjectQuota, tenant_quota: TenantQuota | None) -> Limits:
+def _limits(pool: NodePool, row: dict[str, Any]) -> Limits:
     def fallback(name: str) -> int | None:
-        own = getattr(quota, name)
-        return own if own is not None or tenant_quota is None else getattr(tenant_quota, name)
+        own: int | None = row[name]
+        return own if own is not None else row[f"tenant_{name}"]
 
     return Limits(
         pool=pool,
-        gpu_limit=quota.limit,
+        gpu_limit=row["limit"],
         max_pending=fallback("max_pending_workloads"),
         max_notebooks_per_user=fallback("max_notebooks_per_user"),
         max_runtime_seconds=fallback("max_runtime_seconds"),
@@ -200,17 +206,25 @@ def _check_fits(spec: WorkloadSpec, nodes: list[dict[str, int]]) -> None:
 def check_counts(specs: Sequence[WorkloadSpec], limits: dict[int, Limits], project: Project, owner: User) -> None:
     """Raise ValidationError when the submission would pass the project's pending limit (`project`, rule
     `max_pending_workloads`) or the owner's notebook limit (`kind`, rule `max_notebooks_per_user`) in a pool.
-    Two queries, whatever the number of items.
+
+    One query whatever the number of items, and none when no limit concerns
+    the submission: only pools with a pending limit are counted, and the
+    owner's notebooks only where notebooks are submitted into a pool with a
+    notebook limit. Partial indexes (pending per project and pool, live
+    notebooks per owner) keep the count off the rest of the backlog.
     """
-    pools = sorted(limits)
-    pending = _counts(Workload.all_tenants.filter(project=project, pool_id__in=pools, state=WorkloadState.PENDING))
-    notebooks = _counts(
-        Workload.all_tenants.filter(
-            project=project, owner=owner, pool_id__in=pools, kind=WorkloadKind.NOTEBOOK, state__in=_LIVE_STATES
-        )
+    new_items: dict[int, list[WorkloadSpec]] = defaultdict(list)
+    for spec in specs:
+        new_items[spec.pool.pk].append(spec)
+    pending_pools = sorted(p for p, limit in limits.items() if limit.max_pending is not None)
+    notebook_pools = sorted(
+        p
+        for p, limit in limits.items()
+        if limit.max_notebooks_per_user is not None and any(s.kind == WorkloadKind.NOTEBOOK for s in new_items[p])
     )
+    pending, notebooks = _counts(project, owner, pending_pools, notebook_pools)
     for pool_id, limit in limits.items():
-        new = [s for s in specs if s.pool.pk == pool_id]
+        new = new_items[pool_id]
         new_notebooks = sum(1 for s in new if s.kind == WorkloadKind.NOTEBOOK)
         _check_cap("project", "max_pending_workloads", pending.get(pool_id, 0), len(new), limit.max_pending, limit)
         _check_cap(
@@ -223,9 +237,23 @@ def check_counts(specs: Sequence[WorkloadSpec], limits: dict[int, Limits], proje
         )
 
 
-def _counts(queryset: QuerySet[Workload]) -> dict[int, int]:
-    rows = queryset.values("pool_id").annotate(n=Count("id")).order_by()
-    return {row["pool_id"]: row["n"] for row in rows}
+def _counts(
+    project: Project, owner: User, pending_pools: list[int], notebook_pools: list[int]
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Return ({pool: the project's pending workloads}, {pool: the owner's live notebooks}) in one query."""
+    if not pending_pools and not notebook_pools:
+        return {}, {}
+    is_pending = Q(state=WorkloadState.PENDING, pool_id__in=pending_pools)
+    is_notebook = Q(owner=owner, kind=WorkloadKind.NOTEBOOK, state__in=_LIVE_STATES, pool_id__in=notebook_pools)
+    rows = (
+        Workload.all_tenants.filter(project=project)
+        .filter(is_pending | is_notebook)
+        .values("pool_id")
+        .annotate(pending=Count("id", filter=is_pending), notebooks=Count("id", filter=is_notebook))
+        .order_by()
+    )
+    counted = list(rows)
+    return {r["pool_id"]: r["pending"] for r in counted}, {r["pool_id"]: r["notebooks"] for r in counted}
 
 
 _CAP_MESSAGES = {

@@ -1,8 +1,10 @@
 """What one workload asks for, normalised, and the checks that need no database.
 
 `WorkloadSpec.from_data` turns the input of the API, the UI or the CLI into
-a spec and refuses unknown keys; `check_spec` holds it to the field rules.
-Both raise Django's ValidationError keyed by the field, with a rule code.
+a spec and refuses unknown keys; a `preset` in the input fills every field
+the input leaves out from that launch preset. `check_spec` holds the result
+to the field rules. Both raise Django's ValidationError keyed by the field,
+with a rule code.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -20,7 +22,7 @@ from gpucloud.errors import invalid
 from inventory.drivers.policy import SpecRefused, check_container_request
 from inventory.models import NodePool
 from jobs.choices import PriorityClass, WorkloadKind
-from jobs.models import MAX_GPUS_PER_REPLICA, MAX_REPLICAS
+from jobs.models import MAX_GPUS_PER_REPLICA, MAX_REPLICAS, LaunchPreset
 
 NAME_RULE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 # A Docker image reference: [registry[:port]/]path[:tag][@sha256:digest], lower case as the engine requires.
@@ -40,7 +42,22 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "requeue_limit": (0, 100),
     "max_runtime_seconds": (60, 365 * 24 * 3600),
 }
+IDLE_TIMEOUT_RANGE = (60, 365 * 24 * 3600)
 _REQUIRED = ("name", "image", "pool")
+# Fields a preset fills in; the rest (name, env, ...) are the submitter's own.
+PRESET_FIELDS = (
+    "kind",
+    "image",
+    "command",
+    "pool",
+    "gpus_per_replica",
+    "replicas",
+    "cpu_milli",
+    "memory_mib",
+    "max_runtime_seconds",
+)
+# Set only through a preset (a tenant admin's choice), never by the submitter directly.
+_NOT_INPUT = frozenset({"idle_timeout_seconds"})
 
 
 @dataclass(frozen=True)
@@ -48,7 +65,8 @@ class WorkloadSpec:
     """One workload as submitted: a gang of `replicas` replicas of `gpus_per_replica` GPUs in `pool`.
 
     `gpu_models` empty means any model; `max_runtime_seconds` None means the
-    quota's maximum.
+    quota's maximum. `preset` is the launch preset it came from, whose idle
+    timeout a notebook keeps.
     """
 
     name: str
@@ -65,31 +83,65 @@ class WorkloadSpec:
     priority_class: str = PriorityClass.NORMAL
     max_runtime_seconds: int | None = None
     requeue_limit: int = 3
+    preset: LaunchPreset | None = None
+    idle_timeout_seconds: int | None = None
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> WorkloadSpec:
-        """Return the spec `data` describes; raise ValidationError on unknown or missing keys."""
-        known = {f.name for f in fields(cls)}
+        """Return the spec `data` describes, its preset's fields filling those it leaves out.
+
+        Raises ValidationError on unknown or missing keys and on a `preset` that is not a launch preset.
+        """
+        known = _INPUT_FIELDS
         for key in data:
             if key not in known:
                 raise invalid(str(key), "unknown_field", f"Unknown field; allowed: {', '.join(sorted(known))}.")
+        merged = _with_preset(data)
         for key in _REQUIRED:
-            if data.get(key) in (None, ""):
+            if merged.get(key) in (None, ""):
                 raise invalid(key, "required", "This field is required.")
-        if not isinstance(data["pool"], NodePool):
+        if not isinstance(merged["pool"], NodePool):
             raise invalid("pool", "invalid", "Must be a node pool.")
-        return cls(**{key: value for key, value in data.items() if value is not None or key == "max_runtime_seconds"})
+        return cls(**{key: value for key, value in merged.items() if value is not None or key in _NULLABLE})
 
     @property
     def total_gpus(self) -> int:
         return self.gpus_per_replica * self.replicas
 
     def normalized(self) -> dict[str, Any]:
-        """Return the spec as JSON-ready data (the pool by id, GPU models sorted and unique)."""
-        data = asdict(self)
+        """Return the spec as JSON-ready data (pool and preset by id, GPU models sorted and unique)."""
+        # Field by field rather than dataclasses.asdict, which deep-copies the model instances of every item.
+        data = {name: getattr(self, name) for name in _FIELD_NAMES}
         data["pool"] = self.pool.pk
         data["gpu_models"] = sorted(set(self.gpu_models))
+        # Left out when unset, so a request without a preset keeps the digest it always had.
+        for name in ("preset", "idle_timeout_seconds"):
+            if data[name] is None:
+                del data[name]
+        if self.preset is not None:
+            data["preset"] = self.preset.pk
         return data
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(WorkloadSpec))
+_INPUT_FIELDS = frozenset(_FIELD_NAMES) - _NOT_INPUT
+_NULLABLE = frozenset({"max_runtime_seconds", "preset", "idle_timeout_seconds"})
+
+
+def _with_preset(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Return `data` over its preset's fields (explicit input wins); the preset's idle timeout rides along."""
+    preset = data.get("preset")
+    if preset is None:
+        return dict(data)
+    if not isinstance(preset, LaunchPreset):
+        raise invalid("preset", "invalid", "Must be a launch preset.")
+    defaults: dict[str, Any] = {name: getattr(preset, name) for name in PRESET_FIELDS}
+    defaults["command"] = list(preset.command)
+    merged = {**defaults, **data}
+    # The idle timeout is a notebook's; a preset's notebook launched as a batch job leaves it behind.
+    if merged.get("kind") == WorkloadKind.NOTEBOOK:
+        merged["idle_timeout_seconds"] = preset.idle_timeout_seconds
+    return merged
 
 
 def fingerprint(project_id: int, specs: Sequence[WorkloadSpec]) -> str:
@@ -100,7 +152,7 @@ def fingerprint(project_id: int, specs: Sequence[WorkloadSpec]) -> str:
 
 def check_spec(spec: WorkloadSpec) -> None:
     """Return None when every field of `spec` follows its rule; raise ValidationError naming the first that does not."""
-    _check_choice("kind", spec.kind, WorkloadKind.values)
+    check_kind(spec.kind)
     _check_choice("priority_class", spec.priority_class, PriorityClass.values)
     if not isinstance(spec.name, str) or not NAME_RULE.fullmatch(spec.name):
         raise invalid(
@@ -108,11 +160,12 @@ def check_spec(spec: WorkloadSpec) -> None:
             "invalid_name",
             "Use 1 to 63 lowercase letters, digits or hyphens, starting and ending with a letter or digit.",
         )
-    _check_image(spec.image)
-    _check_container(spec)
+    check_image(spec.image)
+    check_container(spec.image, spec.command, spec.env)
     for name in _INT_RANGES:
-        _check_int(name, getattr(spec, name))
+        check_int(name, getattr(spec, name))
     _check_gpu_models(spec.gpu_models)
+    check_idle_timeout(spec.idle_timeout_seconds, spec.kind)
 
 
 def _check_choice(name: str, value: Any, allowed: list[str]) -> None:
@@ -120,7 +173,26 @@ def _check_choice(name: str, value: Any, allowed: list[str]) -> None:
         raise invalid(name, "invalid_choice", f"Must be one of: {', '.join(allowed)}.")
 
 
-def _check_image(image: Any) -> None:
+def check_kind(kind: Any) -> None:
+    """Raise ValidationError on `kind` (rule `invalid_choice`) unless it is a workload kind."""
+    _check_choice("kind", kind, WorkloadKind.values)
+
+
+def check_idle_timeout(seconds: Any, kind: str) -> None:
+    """Raise ValidationError on `idle_timeout_seconds` unless it is empty, or a notebook's and in range."""
+    if seconds is None:
+        return
+    if kind != WorkloadKind.NOTEBOOK:
+        raise invalid("idle_timeout_seconds", "notebooks_only", "Only notebooks have an idle timeout.")
+    low, high = IDLE_TIMEOUT_RANGE
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        raise invalid("idle_timeout_seconds", "invalid", "Must be a whole number.")
+    if not low <= seconds <= high:
+        raise invalid("idle_timeout_seconds", "out_of_range", f"Must be between {low} and {high}.")
+
+
+def check_image(image: Any) -> None:
+    """Raise ValidationError on `image` (rule `invalid_image`) unless it is an image reference."""
     if not isinstance(image, str) or len(image) > MAX_IMAGE_LENGTH or not IMAGE_RULE.fullmatch(image):
         raise invalid(
             "image",
@@ -130,16 +202,18 @@ def _check_image(image: Any) -> None:
         )
 
 
-def _check_container(spec: WorkloadSpec) -> None:
+def check_container(image: str, command: Any, env: Any) -> None:
+    """Raise ValidationError naming the field and rule when a runtime would refuse this container request."""
     # The same gate every runtime applies before starting a container: a spec
     # refused there must be refused here, at submission, naming the same field.
     try:
-        check_container_request({"image": spec.image, "command": spec.command, "env": spec.env})
+        check_container_request({"image": image, "command": command, "env": env})
     except SpecRefused as refused:
         raise invalid(refused.field, refused.rule, str(refused)) from None
 
 
-def _check_int(name: str, value: Any) -> None:
+def check_int(name: str, value: Any) -> None:
+    """Raise ValidationError on `name` unless `value` is a whole number in the field's range."""
     if value is None and name == "max_runtime_seconds":
         return
     low, high = _INT_RANGES[name]

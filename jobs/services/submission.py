@@ -4,16 +4,23 @@ The order of a submission, all in one transaction:
 
 1. who may submit: members into the projects they are assigned to, tenant
    admins (and operators) into any project of the tenant; viewers never;
-2. the field rules of every item (no database);
-3. lock the project's quota rows in the pools concerned, so concurrent
+2. the field rules of every item (no database), after filling in what an
+   item leaves out from its launch preset;
+3. the pool is open to the tenant and the image is on its allow-list
+   (`jobs.services.images`);
+4. lock the project's quota rows in the pools concerned, so concurrent
    submissions into the same project and pool take turns: count limits hold
    however many arrive at once;
-4. an `Idempotency-Key` seen before returns the first result when the
+5. an `Idempotency-Key` seen before returns the first result when the
    request is the same, and is refused when it differs;
-5. the rules that read the ledger (quota, GPU models, largest placement,
+6. the rules that read the ledger (quota, GPU models, largest placement,
    count limits, maximum runtime), each set-based over all items;
-6. insert the workloads and their `workload.submitted` events in bulk, one
+7. insert the workloads and their `workload.submitted` events in bulk, one
    audit event for the call, and ask for a scheduling pass after commit.
+
+A single submission reads the ledger in at most six queries whatever it
+asks for (role, quota rows with the tenant's limits, allowed images, GPUs
+of the pool, and the counts a limit needs), and writes in three.
 
 Any refusal raises before anything is written; a bulk submission is all or nothing.
 """
@@ -31,8 +38,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpucloud.errors import Conflict, invalid
-from jobs.choices import WorkloadState
+from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Workload, WorkloadEvent
+from jobs.services import images
 from jobs.services import quota_rules as rules
 from jobs.services.spec import WorkloadSpec, check_spec, fingerprint, prefixed
 from jobs.triggers import request_scheduling_pass
@@ -44,6 +52,8 @@ from tenants.services.audit import record_audit_event
 
 MAX_BULK_ITEMS = 2000
 MAX_IDEMPOTENCY_KEY_LENGTH = 200
+# Where Jupyter listens inside a notebook's sandbox; the launch code and the proxy rely on it.
+NOTEBOOK_PORT = 8888
 
 
 @dataclass(frozen=True)
@@ -92,7 +102,9 @@ def submit(
     owner = _require_submitter(actor, project)
     _check_key(idempotency_key)
     specs = _specs(items, bulk=bulk)
+    _check_presets(specs, project.tenant_id, bulk=bulk)
     rules.check_pool_open(specs, project.tenant_id, bulk=bulk)
+    images.check_images(specs, project.tenant_id, bulk=bulk)
     limits = rules.lock_limits(project, _distinct_pools(specs))
     digest = fingerprint(project.pk, specs)
     if idempotency_key is not None:
@@ -147,6 +159,14 @@ def _specs(items: Sequence[Mapping[str, Any]], *, bulk: bool) -> list[WorkloadSp
     if errors:
         raise ValidationError(errors)
     return specs
+
+
+def _check_presets(specs: Sequence[WorkloadSpec], tenant_id: int, *, bulk: bool) -> None:
+    # Interfaces resolve presets through the tenant's scope; this holds for any caller.
+    for index, spec in enumerate(specs):
+        if spec.preset is not None and spec.preset.tenant_id != tenant_id:
+            error = invalid("preset", "does_not_exist", "No such launch preset in this tenant.")
+            raise prefixed(error, f"items[{index}].") if bulk else error
 
 
 def _distinct_pools(specs: Sequence[WorkloadSpec]) -> list[Any]:
@@ -232,6 +252,9 @@ def _workload(
         priority_class=spec.priority_class,
         max_runtime_seconds=spec.max_runtime_seconds,
         requeue_limit=spec.requeue_limit,
+        preset=spec.preset,
+        idle_timeout_seconds=spec.idle_timeout_seconds,
+        service_port=NOTEBOOK_PORT if spec.kind == WorkloadKind.NOTEBOOK else None,
         submitted_at=now,
         idempotency_key=key,
         request_fingerprint=digest,

@@ -155,6 +155,28 @@ def _workload_body(world: World, extra: dict[str, Any]) -> dict[str, Any]:
     return {"project": "alpha", "pool": "shared", "name": "fresh", "image": "busybox:1"}
 
 
+def _allowed_image(world: World) -> dict[str, Any]:
+    """A pattern for tenant A (and one for tenant B, which A's people never see)."""
+    from jobs.models import AllowedImage
+
+    mine, _ = AllowedImage.objects.get_or_create(tenant=world.tenant_a, pattern="busybox:*")
+    AllowedImage.objects.get_or_create(tenant=world.tenant_b, pattern="registry.b/*")
+    return {"pk": mine.pk}
+
+
+def _preset(world: World) -> dict[str, Any]:
+    from jobs.models import LaunchPreset
+
+    preset, _ = LaunchPreset.all_tenants.get_or_create(
+        tenant=world.tenant_a, name="Notebook", defaults={"image": "busybox:1", "pool": world.pool}
+    )
+    return {"pk": preset.pk}
+
+
+def _preset_body(world: World, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"name": "Fresh", "kind": "job", "image": "busybox:1", "pool": "shared"}
+
+
 CONTRACTS = [
     Contract(
         basename="project",
@@ -310,6 +332,35 @@ CONTRACTS = [
         setup=_workload_world,
         create=lambda w, x: {"project": "alpha", "items": [_workload_body(w, x)]},
         authorized_status={"get": 405},  # POST only
+    ),
+    Contract(
+        basename="allowed-image",
+        list_url=_p("images/"),
+        detail_url=_p("images/{pk}/"),
+        read=Role.OPERATOR,
+        write=Role.OPERATOR,
+        tenant_scoped=False,
+        setup=_allowed_image,
+        create=lambda w, x: {"pattern": "registry.local/*", "tenant": "tenant-a", "notebook": True},
+        delete=True,
+    ),
+    Contract(
+        basename="tenant-image",
+        list_url=_t("images/"),
+        detail_url=None,  # read-only list
+        read=Role.VIEWER,
+        setup=_allowed_image,
+    ),
+    Contract(
+        basename="preset",
+        list_url=_t("presets/"),
+        detail_url=_t("presets/{pk}/"),
+        read=Role.VIEWER,
+        write=Role.ADMIN,
+        setup=_preset,
+        create=_preset_body,
+        update=lambda w, x: {"cpu_milli": 2000},
+        delete=True,
     ),
 ]
 BY_NAME = {c.basename: c for c in CONTRACTS}

@@ -99,6 +99,25 @@ def _workloads(world: World, n: int, start: int = 0) -> None:
     )
 
 
+def _allowed_images(world: World, n: int, start: int = 0) -> None:
+    from jobs.models import AllowedImage
+
+    AllowedImage.objects.bulk_create(
+        AllowedImage(tenant=tenant, pattern=f"registry.local/p{i}:*")
+        for i in range(start, start + n)
+        for tenant in (world.tenant_a, world.tenant_b, None)
+    )
+
+
+def _presets(world: World, n: int, start: int = 0) -> None:
+    from jobs.models import LaunchPreset
+
+    LaunchPreset.all_tenants.bulk_create(
+        LaunchPreset(tenant=world.tenant_a, name=f"preset-{i}", image="busybox:1", pool=world.pool)
+        for i in range(start, start + n)
+    )
+
+
 # (url, who lists, how to add N rows, pinned query count)
 LISTS: list[tuple[str, str, Callable[..., None], int]] = [
     ("/api/v1/tenants/tenant-a/projects/", "admin_a", _projects, 4),
@@ -118,6 +137,9 @@ LISTS: list[tuple[str, str, Callable[..., None], int]] = [
     ("/api/v1/nodes/watched/events/", "operator", _nodes, 3),
     ("/api/v1/tokens/", "member_a", _tokens, 2),
     ("/api/v1/tenants/tenant-a/workloads/", "member_a", _workloads, 4),
+    ("/api/v1/images/", "operator", _allowed_images, 2),
+    ("/api/v1/tenants/tenant-a/images/", "member_a", _allowed_images, 4),
+    ("/api/v1/tenants/tenant-a/presets/", "member_a", _presets, 4),
 ]
 
 

@@ -1,0 +1,197 @@
+"""Launch presets: a tenant admin's ready-made launches (image, kind, resources, idle timeout).
+
+Everyone in the tenant lists them (`jobs.selectors.presets_for_tenant`);
+submitting with `preset` fills in what the request leaves out
+(`jobs.services.spec`). A preset holds to the rules a launch from it would
+meet: an image the tenant may run (a notebook image for notebooks), a pool
+the tenant may use and holds quota in, resources within the submission
+ranges and the tenant's quota, an idle timeout for notebooks only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from gpucloud.errors import invalid
+from inventory.models import NodePool
+from jobs.choices import WorkloadKind
+from jobs.models import LaunchPreset
+from jobs.services import images
+from jobs.services.spec import check_container, check_idle_timeout, check_image, check_int, check_kind
+from tenants.choices import Role
+from tenants.context import Actor
+from tenants.models import Tenant, TenantQuota
+from tenants.services.access import require_role
+from tenants.services.audit import record_audit_event, snapshot
+
+PRESET_FIELDS = [
+    "name",
+    "description",
+    "kind",
+    "image",
+    "command",
+    "pool",
+    "gpus_per_replica",
+    "replicas",
+    "cpu_milli",
+    "memory_mib",
+    "idle_timeout_seconds",
+    "max_runtime_seconds",
+]
+MAX_NAME_LENGTH = 63
+MAX_DESCRIPTION_LENGTH = 200
+_RESOURCES = ("gpus_per_replica", "replicas", "cpu_milli", "memory_mib", "max_runtime_seconds")
+
+
+@dataclass(frozen=True)
+class PresetValues:
+    """Everything a preset says; the defaults are a one-GPU notebook's."""
+
+    name: str
+    image: str
+    pool: NodePool
+    description: str = ""
+    kind: str = WorkloadKind.NOTEBOOK
+    command: list[str] | None = None
+    gpus_per_replica: int = 1
+    replicas: int = 1
+    cpu_milli: int = 1000
+    memory_mib: int = 4096
+    idle_timeout_seconds: int | None = None
+    max_runtime_seconds: int | None = None
+
+
+@transaction.atomic
+def create_preset(*, actor: Actor, tenant: Tenant, values: PresetValues) -> LaunchPreset:
+    """Create a launch preset in `tenant` and return it; tenant admins and operators.
+
+    Raises Http404 (no role in the tenant), PermissionDenied, or ValidationError naming the field and rule.
+    """
+    require_role(actor, tenant, Role.ADMIN)
+    _check(tenant, values)
+    preset = LaunchPreset(tenant=tenant, **_model_fields(values))
+    _save(preset)
+    record_audit_event(
+        actor=actor, action="preset.create", obj=preset, tenant_id=tenant.pk, after=snapshot(preset, PRESET_FIELDS)
+    )
+    return preset
+
+
+@transaction.atomic
+def update_preset(*, actor: Actor, preset: LaunchPreset, changes: dict[str, Any]) -> LaunchPreset:
+    """Change some fields of `preset` (names as in PresetValues) and return it; tenant admins and operators.
+
+    The preset as a whole is checked again, so a change that makes it
+    unlaunchable (a job kind with an idle timeout, say) is refused. Raises as
+    `create_preset` does.
+    """
+    tenant = preset.tenant
+    require_role(actor, tenant, Role.ADMIN)
+    preset = LaunchPreset.all_tenants.select_for_update().select_related("pool").get(pk=preset.pk)
+    unknown = sorted(set(changes) - {f.name for f in fields(PresetValues)})
+    if unknown:
+        raise invalid(unknown[0], "unknown_field", "Not a field of a launch preset.")
+    values = replace(_values_of(preset), **changes)
+    _check(tenant, values)
+    before = snapshot(preset, PRESET_FIELDS)
+    for name, value in _model_fields(values).items():
+        setattr(preset, name, value)
+    _save(preset)
+    record_audit_event(
+        actor=actor,
+        action="preset.update",
+        obj=preset,
+        tenant_id=tenant.pk,
+        before=before,
+        after=snapshot(preset, PRESET_FIELDS),
+    )
+    return preset
+
+
+@transaction.atomic
+def delete_preset(*, actor: Actor, preset: LaunchPreset) -> None:
+    """Delete a launch preset; tenant admins and operators. Workloads launched from it keep running, unlinked."""
+    require_role(actor, preset.tenant, Role.ADMIN)
+    record_audit_event(
+        actor=actor,
+        action="preset.delete",
+        obj=preset,
+        tenant_id=preset.tenant_id,
+        before=snapshot(preset, PRESET_FIELDS),
+    )
+    preset.delete()
+
+
+def _values_of(preset: LaunchPreset) -> PresetValues:
+    return PresetValues(**{f.name: getattr(preset, f.name) for f in fields(PresetValues)})
+
+
+def _model_fields(values: PresetValues) -> dict[str, Any]:
+    data = {f.name: getattr(values, f.name) for f in fields(PresetValues)}
+    data["command"] = list(values.command or [])
+    return data
+
+
+def _save(preset: LaunchPreset) -> None:
+    try:
+        # A savepoint: a concurrent twin makes the write fail without spoiling the caller's transaction.
+        with transaction.atomic():
+            preset.save()
+    except IntegrityError:
+        raise invalid("name", "unique", f"A preset named {preset.name!r} already exists in this tenant.") from None
+
+
+def _check(tenant: Tenant, values: PresetValues) -> None:
+    """Raise ValidationError naming the first field of `values` that breaks its rule."""
+    _check_text(values)
+    check_kind(values.kind)
+    check_image(values.image)
+    check_container(values.image, list(values.command or []), {})
+    for name in _RESOURCES:
+        check_int(name, getattr(values, name))
+    check_idle_timeout(values.idle_timeout_seconds, values.kind)
+    _check_image_allowed(tenant, values)
+    _check_pool(tenant, values)
+
+
+def _check_text(values: PresetValues) -> None:
+    name = values.name.strip() if isinstance(values.name, str) else ""
+    if not name or len(name) > MAX_NAME_LENGTH or not name.isprintable() or name != values.name:
+        raise invalid(
+            "name", "invalid_name", f"Give 1 to {MAX_NAME_LENGTH} printable characters, no leading or trailing space."
+        )
+    if not isinstance(values.description, str) or len(values.description) > MAX_DESCRIPTION_LENGTH:
+        raise invalid("description", "too_long", f"At most {MAX_DESCRIPTION_LENGTH} characters.")
+
+
+def _check_image_allowed(tenant: Tenant, values: PresetValues) -> None:
+    refusal = images.policy_for_tenant(tenant.pk).refusal(values.image, notebook=values.kind == WorkloadKind.NOTEBOOK)
+    if refusal is not None:
+        raise invalid("image", *refusal)
+
+
+def _check_pool(tenant: Tenant, values: PresetValues) -> None:
+    """The pool must be open to the tenant and hold its quota; the launch must fit that quota."""
+    pool = values.pool
+    if not isinstance(pool, NodePool) or pool.dedicated_tenant_id not in (None, tenant.pk):
+        raise invalid("pool", "does_not_exist", "No such pool for this tenant.")
+    quota = TenantQuota.all_tenants.filter(tenant=tenant, pool=pool).first()
+    if quota is None:
+        raise invalid("pool", "no_quota", f"Tenant {tenant.slug} has no quota in pool {pool.name}.")
+    gpus = values.gpus_per_replica * values.replicas
+    if gpus > quota.limit:
+        raise invalid(
+            "gpus_per_replica",
+            "above_quota_limit",
+            f"{gpus} GPUs exceed the tenant's limit of {quota.limit} in pool {pool.name}.",
+        )
+    cap = quota.max_runtime_seconds
+    if values.max_runtime_seconds is not None and cap is not None and values.max_runtime_seconds > cap:
+        raise invalid(
+            "max_runtime_seconds",
+            "above_max_runtime",
+            f"{values.max_runtime_seconds} s exceeds the maximum runtime of {cap} s in pool {pool.name}.",
+        )
