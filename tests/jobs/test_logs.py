@@ -275,7 +275,7 @@ def test_download_streams_the_whole_log_as_text(world: World) -> None:
     assert response.streaming
     assert response["Content-Type"] == "text/plain; charset=utf-8"
     assert response["Content-Disposition"] == f'attachment; filename="train-{workload.pk}.log"'
-    assert b"".join(response.streaming_content).decode() == (
+    assert response.getvalue().decode() == (
         "2025-01-01T00:00:00Z stdout line 0\n"
         "2025-01-01T00:00:01Z stdout line 1\n"
         "2025-01-01T00:00:05Z stderr boom: x y\n"
