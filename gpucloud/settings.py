@@ -209,6 +209,8 @@ CELERY_BEAT_SCHEDULE = {
     },
     "reconcile-workloads": {"task": "jobs.reconcile", "schedule": float(WORKLOAD_RECONCILE_SECONDS)},
     "enforce-time-limits": {"task": "jobs.enforce_time_limits", "schedule": 10.0},
+    "check-idle-notebooks": {"task": "jobs.check_idle_notebooks", "schedule": 30.0},
+    "purge-expired-logs": {"task": "jobs.purge_expired_logs", "schedule": 3600.0},
 }
 
 AUTHENTICATION_BACKENDS = ["tenants.backends.ThrottledModelBackend"]

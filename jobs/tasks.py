@@ -8,7 +8,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from jobs.scheduler.shell import run_pass
-from jobs.services import execution, reconcile, replicas, watchdog
+from jobs.services import execution, idle, logs, reconcile, replicas, watchdog
 
 
 @shared_task(name="jobs.schedule_pass", ignore_result=True)
@@ -58,9 +58,7 @@ def replica_exited(
 @shared_task(name="jobs.ingest_logs", ignore_result=True)
 def ingest_logs(workload_id: int, attempt: int, replica: int, since: str, cursor: str, lines: list[list[str]]) -> int:
     """Store one chained batch of a replica's output (a replayed batch is dropped)."""
-    from jobs.services.logs import ingest_log_batch
-
-    return ingest_log_batch(
+    return logs.ingest_log_batch(
         workload_id=workload_id, attempt=attempt, replica=replica, since=since, cursor=cursor, lines=lines
     )
 
@@ -84,3 +82,15 @@ def reconcile_workloads() -> dict[str, int]:
 def enforce_time_limits() -> dict[str, int]:
     """Periodic: stop workloads past their maximum runtime, fail launches past the start timeout."""
     return watchdog.enforce_time_limits(now=timezone.now())
+
+
+@shared_task(name="jobs.check_idle_notebooks", ignore_result=True)
+def check_idle_notebooks() -> dict[str, int]:
+    """Periodic: track notebooks' activity, warn the idle ones' owners, stop those idle past their timeout."""
+    return idle.check_idle_notebooks(now=timezone.now())
+
+
+@shared_task(name="jobs.purge_expired_logs", ignore_result=True)
+def purge_expired_logs() -> int:
+    """Periodic: delete log chunks past their tenant's retention."""
+    return logs.purge_expired_logs(now=timezone.now())
