@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterator
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, status
+from rest_framework import mixins, renderers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -35,6 +39,34 @@ def _idempotency_key(request: Request) -> str | None:
 
 def _status(submission: services.Submission) -> int:
     return status.HTTP_201_CREATED if submission.created else status.HTTP_200_OK
+
+
+class _PlainTextRenderer(renderers.BaseRenderer):
+    """Lets a client ask for a log download as text/plain; an error on that route is its JSON body as text."""
+
+    media_type = "text/plain"
+    format = "txt"
+    charset = "utf-8"
+
+    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
+        return json.dumps(data).encode()
+
+
+def _log_text(workload: Workload, *, lines_per_block: int = 1000) -> Iterator[str]:
+    """Yield the workload's log as text in blocks of lines (one write per block, not per line)."""
+    block: list[str] = []
+    for line in selectors.iter_log_lines(workload):
+        block.append(f"{line['timestamp']} {line['stream']} {line['text']}\n")
+        if len(block) >= lines_per_block:
+            yield "".join(block)
+            block = []
+    if block:
+        yield "".join(block)
+
+
+def _log_filename(workload: Workload) -> str:
+    """Return a download name that is safe in a header: `<name>-<id>.log` with odd characters replaced."""
+    return f"{re.sub(r'[^A-Za-z0-9._-]', '_', workload.name)}-{workload.pk}.log"
 
 
 class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy cannot check bases unpacked from a tuple
@@ -72,6 +104,39 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, tenant: str, pk: str) -> Response:
         return self.respond(services.cancel_workload(actor=self.actor, workload=self.get_object()))
+
+    @extend_schema(request=None, responses=s.WorkloadSerializer)
+    @action(detail=True, methods=["post"])
+    def extend(self, request: Request, tenant: str, pk: str) -> Response:
+        """Extend an idle-warned notebook once: its idle clock starts again."""
+        return self.respond(services.extend_notebook(actor=self.actor, workload=self.get_object()))
+
+    @extend_schema(parameters=[s.LogQuerySerializer], responses=s.LogPageSerializer)
+    @action(detail=True, methods=["get"])
+    def logs(self, request: Request, tenant: str, pk: str) -> Response:
+        """The last `limit` log lines, or with `since` the lines after it: poll with `next_since` until `complete`."""
+        workload = self.get_object()
+        query = s.LogQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        page = selectors.workload_log(
+            workload, since=query.validated_data.get("since"), limit=query.validated_data["limit"]
+        )
+        return Response(s.LogPageSerializer(page).data)
+
+    @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR})
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="logs/download",
+        url_name="logs-download",
+        renderer_classes=[renderers.JSONRenderer, _PlainTextRenderer],
+    )
+    def logs_download(self, request: Request, tenant: str, pk: str) -> StreamingHttpResponse:
+        """The whole stored log as text, one `timestamp stream text` line per log line."""
+        workload = self.get_object()
+        response = StreamingHttpResponse(_log_text(workload), content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{_log_filename(workload)}"'
+        return response
 
 
 class WorkloadBulkEndpoint(TenantViewSet):

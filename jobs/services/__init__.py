@@ -6,7 +6,9 @@ in its docstring what it returns and raises. The scheduling shell
 """
 
 from jobs.services.actions import CANCELLABLE_STATES, cancel_workload, restart_workload
+from jobs.services.idle import check_idle_notebooks, extend_notebook
 from jobs.services.lifecycle import release_allocations, transition_workload
+from jobs.services.logs import ingest_log_batch, purge_expired_logs
 from jobs.services.spec import WorkloadSpec
 from jobs.services.stopping import stop_workload
 from jobs.services.submission import Submission, submit, submit_workload, submit_workloads
@@ -16,6 +18,10 @@ __all__ = [
     "Submission",
     "WorkloadSpec",
     "cancel_workload",
+    "check_idle_notebooks",
+    "extend_notebook",
+    "ingest_log_batch",
+    "purge_expired_logs",
     "release_allocations",
     "restart_workload",
     "stop_workload",

@@ -58,9 +58,11 @@ class Contract:
     authorized_status: dict[str, int] = field(default_factory=dict)
     # Detail actions (POST <detail>/<name>/) and their payloads; they need the write role.
     actions: dict[str, Payload] = field(default_factory=dict)
+    # Detail reads (GET <detail><path>) by route name; they need the read role.
+    reads: dict[str, str] = field(default_factory=dict)
 
     def operations(self) -> list[str]:
-        return OPERATIONS + [f"action:{name}" for name in self.actions]
+        return OPERATIONS + [f"action:{name}" for name in self.actions] + [f"read:{name}" for name in self.reads]
 
     def requests(self, world: World, extra: dict[str, Any]) -> list[tuple[str, str, dict[str, Any] | None]]:
         """Return (method, url, body) for every operation this endpoint offers."""
@@ -77,6 +79,9 @@ class Contract:
         for name, payload in self.actions.items():
             if detail:
                 items.append((f"action:{name}", f"{detail}{name}/", payload(world, extra)))
+        for name, path in self.reads.items():
+            if detail:
+                items.append((f"read:{name}", f"{detail}{path}", None))
         return items
 
 
@@ -321,7 +326,10 @@ CONTRACTS = [
         write=Role.MEMBER,
         setup=_workload_world,
         create=_workload_body,
-        actions={"cancel": lambda w, x: {}},
+        actions={"cancel": lambda w, x: {}, "extend": lambda w, x: {}},
+        reads={"logs": "logs/", "logs-download": "logs/download/"},
+        # Only an idle-warned running notebook can be extended; the contract's workload is a pending job.
+        authorized_status={"action:extend": 409},
     ),
     Contract(
         basename="workload-bulk",
@@ -369,7 +377,13 @@ OPERATIONS = ["get", "get-detail", "post", "patch", "delete"]
 
 def _call(user: Any, method: str, url: str, body: dict[str, Any] | None) -> Any:
     client = client_for(user)
-    verb = "get" if method == "get-detail" else "post" if method.startswith("action:") else method
+    verb = (
+        "get"
+        if method == "get-detail" or method.startswith("read:")
+        else "post"
+        if method.startswith("action:")
+        else method
+    )
     return getattr(client, verb)(url, body, format="json") if body is not None else getattr(client, verb)(url)
 
 
@@ -424,7 +438,7 @@ def test_each_role_gets_exactly_its_rights(world: World, basename: str, operatio
     request = _request(world, basename, operation)
     if request is None:
         return
-    needed = contract.read if operation.startswith("get") else contract.write
+    needed = contract.read if operation.startswith(("get", "read:")) else contract.write
     before = _state()
     response = _call(getattr(world, persona), *request)
     if not RANK[persona].at_least(needed):
@@ -481,6 +495,7 @@ def test_every_api_route_has_a_contract() -> None:
         covered.add(f"api:{contract.basename}-list")
         covered.add(f"api:{contract.basename}-detail")
         covered |= {f"api:{contract.basename}-{name}" for name in contract.actions}
+        covered |= {f"api:{contract.basename}-{name}" for name in contract.reads}
     missing = sorted(_api_route_names(get_resolver().url_patterns) - covered)
     assert not missing, f"API routes without a permission contract: {missing}"
 

@@ -178,3 +178,37 @@ def test_audit_list_shows_events_of_the_tenant_only(world: World) -> None:
     results = client_for(world.admin_a).get("/api/v1/tenants/tenant-a/audit-events/").json()["results"]
     assert {e["tenant"] for e in results} == {world.tenant_a.pk}
     assert AuditEvent.all_tenants.filter(tenant_id=world.tenant_b.pk).exists()
+
+
+def test_log_page_query_count_is_pinned_and_flat(world: World) -> None:
+    """A log page reads the workload and the chunks it needs (one query), however long the log."""
+    from jobs.models import LogChunk, Workload
+
+    workload = Workload.all_tenants.create(
+        tenant=world.tenant_a, project=world.project_a, owner=world.member_a, name="w", image="i", pool=world.pool
+    )
+
+    def grow(n: int) -> None:
+        start = Workload.all_tenants.get(pk=workload.pk).log_seq
+        LogChunk.all_tenants.bulk_create(
+            LogChunk(
+                tenant=world.tenant_a,
+                workload=workload,
+                first_seq=start + 10 * i + 1,
+                last_seq=start + 10 * i + 10,
+                first_at=workload.submitted_at,
+                last_at=workload.submitted_at,
+                lines=[[start + 10 * i + j, "2025-01-01T00:00:00Z", "stdout", "x", 1, 0] for j in range(1, 11)],
+            )
+            for i in range(n)
+        )
+        Workload.all_tenants.filter(pk=workload.pk).update(log_seq=start + 10 * n)
+
+    client = client_for(world.viewer_a)
+    url = f"/api/v1/tenants/tenant-a/workloads/{workload.pk}/logs/"
+    grow(5)
+    few = (_count(client, url), _count(client, f"{url}?since=3&limit=20"))
+    grow(50)
+    many = (_count(client, url), _count(client, f"{url}?since=3&limit=20"))
+    # tenant (1), role (1), workload (1), chunks (1)
+    assert few == many == (4, 4)
