@@ -308,8 +308,10 @@ def _free_port() -> int:
 
 @pytest.fixture
 def jupyter_server(tmp_path: Path) -> Iterator[tuple[str, int, str]]:
-    """A real Jupyter server serving /notebooks/7/ on a free port with a token; yields (endpoint, id, token)."""
-    pytest.importorskip("jupyter_server")
+    """A real Jupyter server serving /notebooks/7/ on a free port with a token; yields (endpoint, id, token).
+
+    jupyter_server comes with the dev dependencies (jupyterlab), so this never skips.
+    """
     port, token, workload_id = _free_port(), "t0ken-for-tests", 7
     env = {
         **os.environ,
