@@ -208,10 +208,15 @@ def _command(workload: Workload, runtime: str) -> list[str]:
     # Inside a container Jupyter must listen on every interface of its namespace (the port is published);
     # a process shares the host and listens on loopback only.
     ip = "127.0.0.1" if runtime == RuntimeKind.PROCESS else "0.0.0.0"  # noqa: S104 -- the container's own namespace
+    # A process runs as the agent's user, which may be root on a development host; containers never do.
+    root = ["--ServerApp.allow_root=True"] if runtime == RuntimeKind.PROCESS else []
     return [
         *settings.NOTEBOOK_COMMAND,
         f"--ServerApp.base_url=/notebooks/{workload.pk}/",
         f"--ServerApp.ip={ip}",
         "--no-browser",
         "--ServerApp.allow_remote_access=True",
+        # The runtime chose the port (JUPYTER_PORT) and the proxy goes there: never drift to another one.
+        "--ServerApp.port_retries=0",
+        *root,
     ]

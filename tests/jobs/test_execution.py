@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from inventory.agent import executor as executor_module
@@ -262,3 +263,29 @@ def test_reclaim_stops_the_borrower_politely_requeues_it_and_then_places_the_gua
     assert _reached(owed, WorkloadState.SUCCEEDED).exit_code == 0
     kinds = list(WorkloadEvent.all_tenants.filter(workload_id=borrower.pk).values_list("to_state", flat=True))
     assert kinds[-2:] == ["preempted", "pending"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notebook_runs_only_once_jupyter_answers_with_its_session_secret(
+    world: World, agent: AgentConfig, settings: Any
+) -> None:
+    settings.NOTEBOOK_COMMAND = [sys.executable, "-m", "jupyter_server"]
+    _world(world)
+    notebook = services.submit_workload(
+        actor=Actor(user=world.member_a),
+        project=world.project_a,
+        data={"name": "nb", "kind": "notebook", "image": "registry.example.com/jupyter:4", "pool": world.pool},
+    )
+    run_pass()
+    notebook = _reached(notebook, WorkloadState.RUNNING, timeout=60)
+    replica = Replica.all_tenants.get(workload=notebook)
+    assert replica.ready_at is not None and replica.endpoint.startswith("http://127.0.0.1:")
+    secret = notebook.session_secret
+    assert len(secret) >= 32
+    status_url = f"{replica.endpoint}/notebooks/{notebook.pk}/api/status"
+    assert httpx.get(status_url, headers={"Authorization": f"token {secret}"}).status_code == 200
+    assert httpx.get(status_url).status_code == 403, "Jupyter itself refuses requests without the session secret"
+    services.cancel_workload(actor=Actor(user=world.member_a), workload=notebook)
+    assert wait_until(lambda: _active_allocations(notebook) == 0, timeout=30)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(status_url, headers={"Authorization": f"token {secret}"}, timeout=2)
