@@ -107,6 +107,12 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
 
     @extend_schema(request=None, responses=s.WorkloadSerializer)
     @action(detail=True, methods=["post"])
+    def restart(self, request: Request, tenant: str, pk: str) -> Response:
+        """Queue an ended workload again as a new attempt (409 while it has not ended or still holds GPUs)."""
+        return self.respond(services.restart_workload(actor=self.actor, workload=self.get_object()))
+
+    @extend_schema(request=None, responses=s.WorkloadSerializer)
+    @action(detail=True, methods=["post"])
     def extend(self, request: Request, tenant: str, pk: str) -> Response:
         """Extend an idle-warned notebook once: its idle clock starts again."""
         return self.respond(services.extend_notebook(actor=self.actor, workload=self.get_object()))

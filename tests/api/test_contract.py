@@ -326,10 +326,11 @@ CONTRACTS = [
         write=Role.MEMBER,
         setup=_workload_world,
         create=_workload_body,
-        actions={"cancel": lambda w, x: {}, "extend": lambda w, x: {}},
+        actions={"cancel": lambda w, x: {}, "extend": lambda w, x: {}, "restart": lambda w, x: {}},
         reads={"logs": "logs/", "logs-download": "logs/download/"},
-        # Only an idle-warned running notebook can be extended; the contract's workload is a pending job.
-        authorized_status={"action:extend": 409},
+        # Only an idle-warned running notebook can be extended, and only an ended workload restarted;
+        # the contract's workload is a pending job.
+        authorized_status={"action:extend": 409, "action:restart": 409},
     ),
     Contract(
         basename="workload-bulk",
