@@ -1,4 +1,4 @@
-"""ASGI entry point: Django views over HTTP, Channels consumers over WebSocket."""
+"""ASGI entry point: the notebook proxy (`/notebooks/<id>/`), Django over HTTP, Channels consumers over WebSocket."""
 
 import os
 
@@ -13,10 +13,13 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from frontend.routing import websocket_urlpatterns  # noqa: E402
+from jobs.proxy import NotebookProxy  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-    }
+application = NotebookProxy(
+    ProtocolTypeRouter(
+        {
+            "http": django_asgi_app,
+            "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        }
+    )
 )

@@ -8,16 +8,18 @@ controller's hooks do.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from django.contrib.auth.models import User
-from django.db.models import Count, F, Prefetch, Q, QuerySet, Subquery, Value
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
+from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from jobs.choices import TERMINAL_STATES
-from jobs.models import Allocation, AllowedImage, LaunchPreset, LogChunk, Workload, WorkloadEvent
-from tenants.models import Project
+from jobs.choices import TERMINAL_STATES, WorkloadKind, WorkloadState
+from jobs.models import Allocation, AllowedImage, LaunchPreset, LogChunk, Replica, Workload, WorkloadEvent
+from tenants.choices import Role
+from tenants.models import Membership, Project
 from tenants.scoping import tenant_scope
 
 
@@ -177,3 +179,48 @@ def allowed_images_for_tenant(tenant_id: int) -> QuerySet[AllowedImage]:
 def allowed_images_for_operators() -> QuerySet[AllowedImage]:
     """Return every image pattern of the platform, platform-wide ones first, then by tenant and pattern."""
     return AllowedImage.objects.select_related("tenant").order_by(F("tenant__slug").asc(nulls_first=True), "pattern")
+
+
+# --- notebook proxy ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProxyTarget:
+    """Where the notebook proxy sends a user's request: the base URL of the notebook's Jupyter server and its token."""
+
+    workload_id: int
+    endpoint: str
+    secret: str = field(repr=False)
+
+
+def notebook_proxy_target(user: AbstractBaseUser | AnonymousUser, workload_id: int) -> ProxyTarget | None:
+    """Return where `user` reaches notebook `workload_id` through the proxy, or None when they may not.
+
+    Looks across tenants (the proxy's URL names no tenant). Only the
+    notebook's owner and the admins of its tenant get a target; anyone
+    else (anonymous, another tenant, other members, operators who are not
+    the tenant's admins) gets None, exactly as for a notebook that does not
+    exist, is not starting or running, has no session secret, or whose
+    current attempt's first replica has reported no endpoint yet. One query.
+    """
+    if not user.is_authenticated:
+        return None
+    admin = Membership.all_tenants.filter(tenant_id=OuterRef("tenant_id"), user_id=user.pk, role=Role.ADMIN)
+    endpoint = (
+        Replica.all_tenants.filter(workload_id=OuterRef("pk"), attempt=OuterRef("attempt"), index=0)
+        .exclude(endpoint="")
+        .values("endpoint")[:1]
+    )
+    row = (
+        Workload.all_tenants.filter(
+            pk=workload_id, kind=WorkloadKind.NOTEBOOK, state__in=(WorkloadState.STARTING, WorkloadState.RUNNING)
+        )
+        .filter(Q(owner_id=user.pk) | Exists(admin))
+        .exclude(session_secret="")
+        .annotate(endpoint=Subquery(endpoint))
+        .values_list("endpoint", "session_secret")
+        .first()
+    )
+    if row is None or not row[0]:
+        return None
+    return ProxyTarget(workload_id=workload_id, endpoint=row[0], secret=row[1])

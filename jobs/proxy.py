@@ -1,0 +1,426 @@
+"""The notebook proxy: `/notebooks/<workload id>/...` over HTTP and WebSocket, to the notebook's Jupyter server.
+
+A raw ASGI app in front of the console's own apps (`gpucloud/asgi.py`):
+every other path goes to them untouched. For a notebook path it
+
+1. authenticates the console's session cookie (Channels' auth stack, the
+   same login as the pages) and asks `jobs.selectors.notebook_proxy_target`
+   on every request and every WebSocket connect, so revoked access ends at
+   once. Anyone without access gets the same 404 (HTTP) or refused
+   handshake (WebSocket) as for a notebook that does not exist;
+2. forwards the request to the same path and query on the endpoint of the
+   notebook's first replica (Jupyter runs with `base_url=/notebooks/<id>/`),
+   adding `Authorization: token <session secret>` and dropping the
+   console's session and CSRF cookies, any incoming `Authorization`,
+   hop-by-hop headers; Host and Origin become the upstream's own, so
+   Jupyter's origin checks pass;
+3. streams both ways: request bodies up, response bodies and WebSocket
+   frames (text and binary) down, until either side closes.
+
+The session secret never reaches the browser: Jupyter's login cookie is
+not passed on (the proxy authenticates every request itself), and any
+occurrence of the secret in response headers, bodies and frames is masked
+with asterisks of the same length (JupyterLab writes its token into its
+pages). Masking needs plain bytes, so the upstream is asked for identity
+encoding (jupyter_server compresses nothing anyway).
+
+Because the token authenticates every upstream request, Jupyter skips its
+own XSRF check: unsafe methods must therefore carry an Origin among the
+console's allowed hosts, the rule WebSocket connects already follow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import suppress
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from channels.auth import AuthMiddlewareStack
+from channels.db import database_sync_to_async
+from channels.security.websocket import AllowedHostsOriginValidator
+from django.conf import settings
+from django.http.request import validate_host
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+from jobs.selectors import ProxyTarget, notebook_proxy_target
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+logger = logging.getLogger(__name__)
+
+NOTEBOOK_PATH = re.compile(r"^/notebooks/(?P<workload>[1-9][0-9]{0,17})/")
+"""The paths the proxy serves; the id is bounded so it always fits a database integer."""
+
+CONNECT_TIMEOUT = 5.0
+"""Seconds to reach the notebook's server (a local network hop; more means it is down)."""
+IO_TIMEOUT = 120.0
+"""Seconds the upstream may stay silent mid-request (a long save or a large conversion)."""
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""The largest WebSocket message relayed from the upstream (kernel outputs may carry images)."""
+
+_HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer"}
+    | {b"transfer-encoding", b"upgrade"}
+)
+# Set by the proxy itself, or by the WebSocket client library during its own handshake.
+_REPLACED = frozenset({b"host", b"authorization", b"cookie", b"origin", b"accept-encoding"})
+_UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Jupyter's XSRF cookie is harmless to pass on; its login cookie is a credential the browser must not hold.
+_PASSED_COOKIES = frozenset({"_xsrf"})
+_SENDABLE_CLOSE = re.compile(r"^(100[0-3]|10(0[7-9]|1[0-4])|[34][0-9]{3})$")
+
+
+class SecretMask:
+    """Replaces a secret with asterisks of the same length in a stream of chunks, also across chunk boundaries.
+
+    Only a chunk's tail that could begin the secret is held back until the
+    next chunk (usually nothing), so streamed responses are not delayed.
+    """
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret.encode()
+        self.masked = b"*" * len(self.secret)
+        self._held = b""
+
+    def replace(self, data: bytes) -> bytes:
+        """Return `data` (one whole message) with every occurrence of the secret masked."""
+        return data.replace(self.secret, self.masked) if self.secret else data
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Return what of the stream so far can be released, masked."""
+        data = self.replace(self._held + chunk)
+        held = self._partial_suffix(data)
+        self._held = data[len(data) - held :] if held else b""
+        return data[: len(data) - held]
+
+    def flush(self) -> bytes:
+        """Return what is still held back at the end of the stream."""
+        held, self._held = self._held, b""
+        return held
+
+    def _partial_suffix(self, data: bytes) -> int:
+        for length in range(min(len(self.secret) - 1, len(data)), 0, -1):
+            if data.endswith(self.secret[:length]):
+                return length
+        return 0
+
+
+def _dropped(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """Return the hop-by-hop header names: the fixed ones and those the Connection header lists."""
+    listed = {
+        name.strip().lower() for key, value in headers if key.lower() == b"connection" for name in value.split(b",")
+    }
+    return _HOP_BY_HOP | listed
+
+
+def _console_cookies() -> frozenset[str]:
+    return frozenset({settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME})
+
+
+def _without_console_cookies(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """Return the request's cookies, minus the console's session and CSRF cookies, as one Cookie header value."""
+    console = _console_cookies()
+    kept = [
+        pair.strip()
+        for key, value in headers
+        if key.lower() == b"cookie"
+        for pair in value.decode("latin-1").split(";")
+        if pair.strip() and pair.split("=", 1)[0].strip() not in console
+    ]
+    return "; ".join(kept)
+
+
+def _origin(endpoint: str) -> str:
+    parts = urlsplit(endpoint)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def upstream_headers(scope: Scope, target: ProxyTarget, *, websocket: bool) -> list[tuple[str, str]]:
+    """Return the headers to send upstream: the client's, minus what the console owns, plus the session token."""
+    headers: list[tuple[bytes, bytes]] = scope.get("headers") or []
+    csrf_header = settings.CSRF_HEADER_NAME.removeprefix("HTTP_").replace("_", "-").lower().encode()
+    dropped = _dropped(headers) | _REPLACED | {csrf_header}
+    kept = [
+        (key.decode("latin-1"), value.decode("latin-1"))
+        for key, value in headers
+        if key.lower() not in dropped and not (websocket and key.lower().startswith(b"sec-websocket-"))
+    ]
+    cookies = _without_console_cookies(headers)
+    if cookies:
+        kept.append(("cookie", cookies))
+    kept.append(("authorization", f"token {target.secret}"))
+    if not websocket:  # the WebSocket client sets Origin itself, from the `origin` argument
+        kept += [("origin", _origin(target.endpoint)), ("accept-encoding", "identity")]
+    return kept
+
+
+def _set_cookie_passes(value: bytes) -> bool:
+    name = value.split(b"=", 1)[0].strip().decode("latin-1")
+    return name in _PASSED_COOKIES and name not in _console_cookies()
+
+
+def downstream_headers(headers: list[tuple[bytes, bytes]], mask: SecretMask) -> list[tuple[bytes, bytes]]:
+    """Return the upstream's response headers fit for the browser: no hop-by-hop, no credentials, secret masked."""
+    dropped = _dropped(headers)
+    return [
+        (key.lower(), mask.replace(value))
+        for key, value in headers
+        if key.lower() not in dropped and (key.lower() != b"set-cookie" or _set_cookie_passes(value))
+    ]
+
+
+def upstream_url(endpoint: str, scope: Scope, *, websocket: bool = False) -> str:
+    """Return the upstream URL of the request: the same raw path and query on `endpoint`."""
+    path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    query = scope.get("query_string", b"").decode("latin-1")
+    base = endpoint.rstrip("/")
+    if websocket:
+        base = "ws" + base.removeprefix("http")
+    return f"{base}{path}?{query}" if query else f"{base}{path}"
+
+
+def _allowed_hosts() -> list[str]:
+    # Django's own fallback when DEBUG runs with no ALLOWED_HOSTS (see HttpRequest.get_host).
+    if settings.DEBUG and not settings.ALLOWED_HOSTS:
+        return [".localhost", "127.0.0.1", "[::1]"]
+    return list(settings.ALLOWED_HOSTS)
+
+
+def same_site_origin(scope: Scope) -> bool:
+    """Return True when the request's Origin header names one of the console's allowed hosts."""
+    origins = [value for key, value in scope.get("headers") or [] if key.lower() == b"origin"]
+    if len(origins) != 1:
+        return False
+    host = urlsplit(origins[0].decode("latin-1")).hostname
+    return bool(host) and validate_host(host or "", _allowed_hosts())
+
+
+def _sendable(code: int | None, fallback: int = 1000) -> int:
+    """Return `code` if it may be sent in a close frame (1005 and 1006 only describe one), else `fallback`."""
+    return code if code is not None and _SENDABLE_CLOSE.match(str(code)) else fallback
+
+
+async def _plain(send: Send, status: int, text: str) -> None:
+    body = text.encode()
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _ClientGone(Exception):
+    """The browser went away while its request body was being read."""
+
+
+async def _request_body(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        if message.get("body"):
+            yield message["body"]
+        if not message.get("more_body"):
+            return
+
+
+def _has_body(scope: Scope) -> bool:
+    names = {key.lower() for key, _ in scope.get("headers") or []}
+    return b"content-length" in names or b"transfer-encoding" in names
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class NotebookProxy:
+    """ASGI app: serves `/notebooks/<id>/...` (HTTP and WebSocket) itself and hands every other request to `app`.
+
+    It also answers the lifespan protocol (closing its upstream connections
+    at shutdown), which the console's router does not speak.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._authenticated: ASGIApp = AuthMiddlewareStack(self._serve)
+        # The same origin rule as the console's own WebSocket consumers.
+        self._websocket: ASGIApp = AllowedHostsOriginValidator(self._authenticated)
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http" and NOTEBOOK_PATH.match(scope["path"]):
+            await self._authenticated(scope, receive, send)
+        elif scope["type"] == "websocket" and NOTEBOOK_PATH.match(scope["path"]):
+            await self._websocket(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                client = self._clients.pop(asyncio.get_running_loop(), None)
+                if client is not None:
+                    await client.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _client(self) -> httpx.AsyncClient:
+        """Return this event loop's pooled upstream client (a client's connections belong to one loop)."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            timeout = httpx.Timeout(IO_TIMEOUT, connect=CONNECT_TIMEOUT, pool=CONNECT_TIMEOUT)
+            limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
+            # trust_env off: an HTTP_PROXY meant for the outside world must never see a notebook's token.
+            client = httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False, follow_redirects=False)
+            self._clients[loop] = client
+        return client
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = NOTEBOOK_PATH.match(scope["path"])
+        assert match is not None  # routed here only on a match
+        target = await database_sync_to_async(notebook_proxy_target)(scope["user"], int(match["workload"]))
+        if scope["type"] == "websocket":
+            await self._proxy_websocket(scope, receive, send, target)
+        elif target is None:
+            await _plain(send, 404, "Not found.")
+        elif scope["method"] in _UNSAFE_METHODS and not same_site_origin(scope):
+            await _plain(send, 403, "Cross-origin request refused.")
+        else:
+            await self._proxy_http(scope, receive, send, target)
+
+    # --- HTTP ----------------------------------------------------------------------
+
+    async def _proxy_http(self, scope: Scope, receive: Receive, send: Send, target: ProxyTarget) -> None:
+        client = self._client()
+        request = client.build_request(
+            scope["method"],
+            upstream_url(target.endpoint, scope),
+            headers=upstream_headers(scope, target, websocket=False),
+            content=_request_body(receive) if _has_body(scope) else None,
+        )
+        try:
+            response = await client.send(request, stream=True)
+        except _ClientGone:
+            return
+        except httpx.TimeoutException:
+            logger.warning("notebook %s: the upstream did not answer in time", target.workload_id)
+            await _plain(send, 504, "The notebook server did not answer in time.")
+            return
+        except httpx.TransportError as error:
+            logger.warning("notebook %s: the upstream is unreachable (%s)", target.workload_id, type(error).__name__)
+            await _plain(send, 502, "The notebook server cannot be reached.")
+            return
+        try:
+            await self._stream_response(response, receive, send, target)
+        finally:
+            await response.aclose()
+
+    async def _stream_response(
+        self, response: httpx.Response, receive: Receive, send: Send, target: ProxyTarget
+    ) -> None:
+        """Relay the response as it comes; stop reading the upstream as soon as the browser disconnects."""
+        streaming = asyncio.ensure_future(self._relay_body(response, send, target))
+        watching = asyncio.ensure_future(_until_disconnect(receive))
+        await asyncio.wait({streaming, watching}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (streaming, watching):
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+    async def _relay_body(self, response: httpx.Response, send: Send, target: ProxyTarget) -> None:
+        mask = SecretMask(target.secret)
+        headers = downstream_headers(response.headers.raw, mask)
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        try:
+            async for chunk in response.aiter_raw():
+                released = mask.feed(chunk)
+                if released:
+                    await send({"type": "http.response.body", "body": released, "more_body": True})
+        except httpx.TransportError as error:
+            # Headers are sent: leave the response incomplete so the browser sees a broken transfer.
+            logger.warning("notebook %s: the upstream broke off (%s)", target.workload_id, type(error).__name__)
+            return
+        await send({"type": "http.response.body", "body": mask.flush()})
+
+    # --- WebSocket -------------------------------------------------------------------
+
+    async def _proxy_websocket(self, scope: Scope, receive: Receive, send: Send, target: ProxyTarget | None) -> None:
+        if (await receive())["type"] != "websocket.connect":
+            return
+        if target is None:
+            # Closing before accepting refuses the handshake (the server answers 403).
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        try:
+            upstream = await connect(
+                upstream_url(target.endpoint, scope, websocket=True),
+                additional_headers=upstream_headers(scope, target, websocket=True),
+                origin=_origin(target.endpoint),  # type: ignore[arg-type]  # Origin is a NewType of str
+                subprotocols=scope.get("subprotocols") or None,
+                compression=None,  # a loopback or LAN hop: deflate would only cost CPU
+                open_timeout=CONNECT_TIMEOUT,
+                max_size=MAX_MESSAGE_BYTES,
+            )
+        except (OSError, TimeoutError, InvalidHandshake) as error:
+            logger.warning("notebook %s: no upstream WebSocket (%s)", target.workload_id, type(error).__name__)
+            await send({"type": "websocket.close", "code": 1011})
+            return
+        async with upstream:
+            await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+            await self._relay_frames(receive, send, upstream, SecretMask(target.secret))
+
+    async def _relay_frames(self, receive: Receive, send: Send, upstream: ClientConnection, mask: SecretMask) -> None:
+        """Relay frames both ways until one side closes, then close the other with the same code."""
+        down = asyncio.ensure_future(_upstream_to_browser(upstream, send, mask))
+        up = asyncio.ensure_future(_browser_to_upstream(receive, upstream))
+        await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (down, up):
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+
+async def _upstream_to_browser(upstream: ClientConnection, send: Send, mask: SecretMask) -> None:
+    try:
+        async for data in upstream:
+            if isinstance(data, str):
+                await send({"type": "websocket.send", "text": mask.replace(data.encode()).decode()})
+            else:
+                await send({"type": "websocket.send", "bytes": mask.replace(data)})
+    except ConnectionClosed:
+        pass
+    code = upstream.close_code
+    await send({"type": "websocket.close", "code": _sendable(code, 1011 if code == 1006 else 1000)})
+
+
+async def _browser_to_upstream(receive: Receive, upstream: ClientConnection) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            await upstream.close(code=_sendable(message.get("code")))
+            return
+        if message["type"] != "websocket.receive":
+            continue
+        text = message.get("text")
+        try:
+            await upstream.send(text if text is not None else message.get("bytes") or b"")
+        except ConnectionClosed:
+            return
