@@ -15,6 +15,7 @@ from gpucloud.errors import Conflict
 from inventory.choices import GpuHealth, NodeKind, NodeState, PlacementPolicy, RuntimeKind
 from inventory.models import NodePool
 from jobs.choices import PriorityClass, WorkloadKind, WorkloadState
+from jobs.models import LaunchPreset
 from tenants.choices import MEMBERSHIP_ROLES, Role
 from tenants.context import current_request_info
 from tenants.services import login_locked_for
@@ -260,6 +261,8 @@ class LaunchForm(forms.Form):
     )
     # A fresh key per rendered form: submitting it twice (a double click, a resent POST) launches once.
     idempotency_key = forms.CharField(widget=forms.HiddenInput, required=False)
+    # The preset the form was filled from: the workload records it and takes its idle timeout.
+    preset = forms.CharField(widget=forms.HiddenInput, required=False)
 
     def __init__(
         self, *args: Any, project_choices: list[tuple[str, str]], pool_choices: list[tuple[str, str]], **kwargs: Any
@@ -290,10 +293,10 @@ class LaunchForm(forms.Form):
             env[key] = value
         return env
 
-    def workload_data(self, pool: NodePool) -> dict[str, Any]:
-        """Return the cleaned input as the submission service takes it: everything but project and key."""
-        data = {k: v for k, v in self.cleaned_data.items() if k not in ("project", "idempotency_key")}
-        return {**data, "pool": pool}
+    def workload_data(self, pool: NodePool, preset: LaunchPreset | None = None) -> dict[str, Any]:
+        """Return the cleaned input as the submission service takes it (project and key go separately)."""
+        data = {k: v for k, v in self.cleaned_data.items() if k not in ("project", "idempotency_key", "preset")}
+        return {**data, "pool": pool, **({"preset": preset} if preset is not None else {})}
 
 
 class WorkloadFilterForm(forms.Form):

@@ -16,15 +16,13 @@ from inventory.models import Gpu, Node, NodeEvent, NodePool
 from inventory.selectors import gpus_for_operators, node_events, nodes_for_operators, pool_capacity, unknown_agents
 from jobs import selectors as job_selectors
 from jobs.choices import ACTIVE_STATES, WorkloadState
-from jobs.models import Allocation, LogChunk, Replica, Workload
+from jobs.models import Allocation, Replica, Workload
 from tenants.context import Actor
 from tenants.models import ApiToken, ProjectQuota, Tenant, TenantQuota
 from tenants.selectors import memberships_of_user, tenant_summaries
 
 # How many of a node's events its page shows, newest first.
 NODE_EVENTS_SHOWN = 100
-# How many of a workload's last output lines its page shows.
-LOG_TAIL_LINES = 200
 
 
 def tenants_for_switcher(actor: Actor) -> list[Tenant]:
@@ -226,16 +224,3 @@ def replicas_of_current_attempt(workload: Workload) -> list[Replica]:
     return list(
         Replica.objects.filter(workload=workload, attempt=workload.attempt).select_related("node").order_by("index")
     )
-
-
-def log_tail(workload: Workload, limit: int = LOG_TAIL_LINES) -> list[dict[str, Any]]:
-    """Return `workload`'s last `limit` stored output lines, oldest first, as dicts with
-    seq, timestamp, stream, text, attempt and replica. One query.
-
-    Lines are numbered 1, 2, ... per workload and `log_seq` is the last number
-    stored, so only chunks ending after `log_seq - limit` can hold the tail.
-    """
-    chunks = LogChunk.objects.filter(workload=workload, last_seq__gt=workload.log_seq - limit).order_by("first_seq")
-    keys = ("seq", "timestamp", "stream", "text", "attempt", "replica")
-    lines = [dict(zip(keys, line, strict=True)) for chunk in chunks for line in chunk.lines]
-    return lines[-limit:]

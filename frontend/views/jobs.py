@@ -9,6 +9,7 @@ the page (409), not an error page.
 
 from __future__ import annotations
 
+import shlex
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,22 +20,26 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
+from django.utils.text import slugify
 
 from frontend import forms, selectors
 from frontend.access import Page, operator_view, tenant_view
 from frontend.views import again, message_of
 from gpucloud.errors import Conflict
+from inventory.models import NodePool
 from inventory.selectors import pools_open_to_tenant
+from jobs import selectors as job_selectors
 from jobs import services
 from jobs.choices import TERMINAL_STATES, WorkloadKind, WorkloadState
-from jobs.models import Workload
+from jobs.models import LaunchPreset, Workload
 from jobs.services.actions import RESTARTABLE_STATES
-from jobs.services.idle import extend_notebook
 from tenants import selectors as tenant_selectors
 from tenants.choices import Role
 from tenants.models import Project
 
 WORKLOADS_PER_PAGE = 50
+# How many of a workload's last output lines its page shows; the rest is in the download.
+LOG_TAIL_LINES = 200
 
 
 @tenant_view(Role.VIEWER)
@@ -95,57 +100,78 @@ def _submittable_projects(page: Page) -> list[Project]:
     return list(tenant_selectors.projects_of_member(user)) if user is not None else []
 
 
-def _preset_initial(request: HttpRequest, presets: list[Any]) -> tuple[Any | None, dict[str, Any]]:
-    """Return the preset `?preset=<id>` chooses (among `presets`) and the form's initial values from it."""
-    chosen = next((p for p in presets if str(p.pk) == request.GET.get("preset")), None)
-    if chosen is None:
-        return None, {}
-    initial = {
-        "kind": chosen.kind,
-        "name": chosen.name,
-        "pool": chosen.pool.name,
-        "image": chosen.image,
-        "command": " ".join(chosen.command),
-        "gpus_per_replica": chosen.gpus_per_replica,
-        "replicas": chosen.replicas,
-        "cpu_milli": chosen.cpu_milli,
-        "memory_mib": chosen.memory_mib,
-        "max_runtime_seconds": chosen.max_runtime_seconds,
+@dataclass(frozen=True)
+class LaunchChoices:
+    """What the viewer may launch with: projects they may submit into, the tenant's pools and presets."""
+
+    projects: list[Project]
+    pools: list[NodePool]
+    presets: list[LaunchPreset]
+
+    @classmethod
+    def of(cls, page: Page) -> LaunchChoices:
+        return cls(
+            projects=_submittable_projects(page),
+            pools=list(pools_open_to_tenant(page.tenant.pk).order_by("name")),
+            presets=list(job_selectors.presets_for_tenant()),
+        )
+
+    def preset(self, pk: Any) -> LaunchPreset | None:
+        return next((p for p in self.presets if str(p.pk) == str(pk)), None)
+
+
+def preset_initial(preset: LaunchPreset) -> dict[str, Any]:
+    """Return the launch form's values from `preset`; the name is made a valid workload name to start from."""
+    return {
+        "preset": preset.pk,
+        "kind": preset.kind,
+        "name": slugify(preset.name)[:63].strip("-"),
+        "pool": preset.pool.name,
+        "image": preset.image,
+        "command": shlex.join(preset.command),
+        "gpus_per_replica": preset.gpus_per_replica,
+        "replicas": preset.replicas,
+        "cpu_milli": preset.cpu_milli,
+        "memory_mib": preset.memory_mib,
+        "max_runtime_seconds": preset.max_runtime_seconds,
     }
-    return chosen, initial
 
 
 @tenant_view(Role.MEMBER)
 def launch(request: HttpRequest, page: Page) -> HttpResponse:
-    """Launch a notebook or a batch job, from a preset or from scratch; land on its page."""
-    projects = _submittable_projects(page)
-    pools = list(pools_open_to_tenant(page.tenant.pk).order_by("name"))
-    presets: list[Any] = []
-    preset, initial = _preset_initial(request, presets)
+    """Launch a notebook or a batch job, from a preset (`?preset=<id>` fills the form) or from scratch."""
+    choices = LaunchChoices.of(page)
+    chosen = choices.preset(request.GET.get("preset"))
     form = forms.LaunchForm(
         request.POST if request.method == "POST" else None,
-        initial={**initial, "idempotency_key": uuid.uuid4().hex},
-        project_choices=[(p.slug, p.name) for p in projects],
-        pool_choices=[(p.name, p.name) for p in pools],
+        initial={**(preset_initial(chosen) if chosen else {}), "idempotency_key": uuid.uuid4().hex},
+        project_choices=[(p.slug, p.name) for p in choices.projects],
+        pool_choices=[(p.name, p.name) for p in choices.pools],
     )
     if form.is_valid():
-        workload = _submit(page, form, projects, pools)
+        workload = _submit(page, form, choices)
         if workload is not None:
             messages.success(request, f"Workload {workload.name} submitted.")
             return redirect("frontend:workload", tenant=page.tenant.slug, pk=workload.pk)
-    context = {"page": page, "form": form, "presets": presets, "preset": preset, "projects": projects}
-    return render(request, "frontend/launch.html", context)
+    if form.is_bound:
+        chosen = choices.preset(form.data.get(form.add_prefix("preset")))
+    context = {"page": page, "form": form, "presets": choices.presets, "preset": chosen, "projects": choices.projects}
+    # A refused launch is bad input: the page says which fields and why, with a 400 as the API answers.
+    return render(request, "frontend/launch.html", context, status=400 if form.errors else 200)
 
 
-def _submit(page: Page, form: forms.LaunchForm, projects: list[Project], pools: list[Any]) -> Workload | None:
+def _submit(page: Page, form: forms.LaunchForm, choices: LaunchChoices) -> Workload | None:
     """Submit the form's workload; on a refusal put the service's errors on the form and return None."""
-    project = next(p for p in projects if p.slug == form.cleaned_data["project"])
-    pool = next(p for p in pools if p.name == form.cleaned_data["pool"])
+    project = next(p for p in choices.projects if p.slug == form.cleaned_data["project"])
+    pool = next(p for p in choices.pools if p.name == form.cleaned_data["pool"])
+    preset = choices.preset(form.cleaned_data["preset"])
     try:
+        if form.cleaned_data["preset"] and preset is None:
+            raise Conflict("That launch preset is gone; choose another or launch without one.")
         return services.submit_workload(
             actor=page.actor,
             project=project,
-            data=form.workload_data(pool),
+            data=form.workload_data(pool, preset),
             idempotency_key=form.cleaned_data["idempotency_key"] or None,
         )
     except (ValidationError, Conflict) as error:
@@ -215,7 +241,7 @@ WORKLOAD_ACTIONS = {
             "Keep it running",
             "It was warned as idle: keep it for another idle period (once per session).",
             _idle_warned,
-            extend_notebook,
+            services.extend_notebook,
             "extended",
         ),
     )
@@ -262,8 +288,9 @@ def _workload_page(
         "ended": workload.state in TERMINAL_STATES,
         "actions": offered_actions(page, workload),
         "replicas": selectors.replicas_of_current_attempt(workload),
-        "log": selectors.log_tail(workload),
-        "log_limit": selectors.LOG_TAIL_LINES,
+        # `log_seq` numbers the last stored line: 0 means no output yet, so nothing to read.
+        "log": job_selectors.workload_log(workload, since=None, limit=LOG_TAIL_LINES).lines if workload.log_seq else [],
+        "log_limit": LOG_TAIL_LINES,
         "notebook_url": notebook_url(page, workload),
         "refusal": refusal,
     }

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
-from jobs.models import Allocation, LogChunk, Replica, ReplicaState, Workload, WorkloadEvent
+from jobs.models import Allocation, LaunchPreset, LogChunk, Replica, ReplicaState, Workload, WorkloadEvent
 from jobs.scheduler import shell
 from tenants.context import Actor
 from tenants.models import AuditEvent, Membership, Project, ProjectQuota
@@ -218,7 +218,7 @@ def test_bad_input_shows_the_rule_next_to_its_field_and_writes_nothing(
 ) -> None:
     audit_before = AuditEvent.all_tenants.count()
     response = logged_in("member_a").post(LAUNCH, _launch_form(team, **overrides))
-    assert response.status_code == 200
+    assert response.status_code == 400
     page = response.content.decode()
     assert says in _field_error(page, field)
     # The form comes back as it was sent, ready to correct.
@@ -230,6 +230,36 @@ def test_bad_input_shows_the_rule_next_to_its_field_and_writes_nothing(
         assert "EPOCHS=3\nWANDB_MODE=offline\n</textarea>" in page
     assert not Workload.all_tenants.exists()
     assert AuditEvent.all_tenants.count() == audit_before
+
+
+def test_a_preset_fills_the_form_and_the_launch_keeps_it(team: World) -> None:
+    preset = LaunchPreset.all_tenants.create(
+        tenant=team.tenant_a,
+        name="PyTorch notebook",
+        description="One H100 and JupyterLab.",
+        kind=WorkloadKind.NOTEBOOK,
+        image="registry.example.com/team/lab:2",
+        pool=team.pool,
+        gpus_per_replica=1,
+        memory_mib=16384,
+        idle_timeout_seconds=1800,
+    )
+    LaunchPreset.all_tenants.create(tenant=team.tenant_b, name="theirs", image="x.example.com/y:1", pool=team.pool)
+    client = logged_in("member_a")
+    page = client.get(LAUNCH).content.decode()
+    assert f'data-preset="{preset.pk}"' in page and "One H100 and JupyterLab." in page and "theirs" not in page
+    filled = client.get(f"{LAUNCH}?preset={preset.pk}").content.decode()
+    assert 'value="pytorch-notebook"' in filled and 'value="16384"' in filled
+    assert '<option value="notebook" selected>' in filled
+    form = _launch_form(team, kind="notebook", name="pytorch-notebook", image=preset.image, command="", env="")
+    response = client.post(LAUNCH, {**form, "preset": preset.pk, "memory_mib": 16384})
+    assert response.status_code == 302
+    launched = Workload.all_tenants.get(name="pytorch-notebook")
+    assert (launched.preset_id, launched.idle_timeout_seconds, launched.memory_mib) == (preset.pk, 1800, 16384)
+    # Another tenant's preset, or one deleted meanwhile, is refused on the page, not launched.
+    response = client.post(LAUNCH, {**form, "name": "again", "preset": 999_999})
+    assert response.status_code == 400 and "That launch preset is gone" in response.content.decode()
+    assert not Workload.all_tenants.filter(name="again").exists()
 
 
 def test_a_member_may_launch_only_into_their_projects(team: World) -> None:
@@ -267,6 +297,21 @@ def test_the_page_shows_why_it_waits_its_timeline_and_where_it_runs(team: World)
     assert "Submitted by member_a" in timeline and "pending → scheduled" in timeline
 
 
+def _store_log(world: World, workload: Workload, *, lines: int, attempt: int = 1) -> None:
+    """Store `lines` numbered output lines of replica 0 in chunks of 50, as log ingestion would."""
+    now = timezone.now()
+    for start in range(1, lines + 1, 50):
+        LogChunk.all_tenants.create(
+            tenant=world.tenant_a,
+            workload=workload,
+            first_seq=start,
+            last_seq=start + 49,
+            first_at=now,
+            last_at=now,
+            lines=[[seq, now.isoformat(), "stdout", f"line {seq}", attempt, 0] for seq in range(start, start + 50)],
+        )
+
+
 def test_the_page_shows_the_replicas_of_the_current_attempt_and_the_log_tail(team: World) -> None:
     workload = _set(_submit(team), state=WorkloadState.RUNNING, attempt=2, log_seq=250)
     node = add_node(team, "n2", gpus=0)
@@ -281,17 +326,7 @@ def test_the_page_shows_the_replicas_of_the_current_attempt_and_the_log_tail(tea
             state=ReplicaState.EXITED if exit_code else ReplicaState.RUNNING,
             exit_code=exit_code,
         )
-    now = timezone.now()
-    for start in range(1, 251, 50):
-        LogChunk.all_tenants.create(
-            tenant=team.tenant_a,
-            workload=workload,
-            first_seq=start,
-            last_seq=start + 49,
-            first_at=now,
-            last_at=now,
-            lines=[[seq, now.isoformat(), "stdout", f"line {seq}", 2, 0] for seq in range(start, start + 50)],
-        )
+    _store_log(team, workload, lines=250, attempt=2)
     page = logged_in("member_a").get(detail(workload)).content.decode()
     replicas = page.split('id="replicas"')[1].split("</table>")[0]
     assert "<code>n2</code>" in replicas and "Running" in replicas and "137" not in replicas
@@ -398,7 +433,8 @@ def test_the_detail_page_uses_a_bounded_number_of_queries(team: World, django_as
     for i in range(20):
         WorkloadEvent.all_tenants.create(tenant=team.tenant_a, workload=placed, kind=f"workload.note{i}")
     assert Allocation.all_tenants.filter(workload=placed).count() == 8
+    _store_log(team, _set(placed, log_seq=600), lines=600)
     client = logged_in("member_a")
     with django_assert_max_num_queries(10):
         page = client.get(detail(placed)).content.decode()
-    assert page.count("<code>n1</code>") >= 8
+    assert page.count("<code>n1</code>") >= 8 and page.count('class="log-line') == 200
