@@ -110,6 +110,15 @@ def test_another_tenant_gets_not_found_on_every_workload_page(team: World) -> No
     assert Workload.all_tenants.get(pk=workload.pk).state == WorkloadState.PENDING
 
 
+def test_anonymous_visitors_are_sent_to_log_in(team: World) -> None:
+    workload = _submit(team)
+    for path in (LIST, LAUNCH, detail(workload)):
+        response = Client().get(path)
+        assert response.status_code == 302 and response["Location"].startswith("/login/?next="), path
+    assert Client().post(detail(workload), {"action": "cancel"}).status_code == 302
+    assert Workload.all_tenants.get(pk=workload.pk).state == WorkloadState.PENDING
+
+
 def test_pending_rows_say_why_they_wait_and_where_they_stand(team: World) -> None:
     _set(_submit(team, name="big", gpus_per_replica=8), state=WorkloadState.RUNNING)
     waiting = _submit(team, name="later")
