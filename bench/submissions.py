@@ -1,17 +1,27 @@
 """Submission API throughput on Postgres: single submissions over HTTP, and bulk submissions.
 
     DATABASE_URL=postgres://gpucloud:gpucloud@127.0.0.1:5432/gpucloud_bench \
-        .venv/bin/python bench/submissions.py [--single 1000] [--bulk 1000] [--batches 5]
+        .venv/bin/python bench/submissions.py [--single 1000] [--bulk 1000] [--batches 5] \
+        [--clients 1] [--workers 1]
 
 It migrates the scratch database in DATABASE_URL, creates a bench tenant
-with a project, quotas and a pool with one ready 8-GPU node, starts
-`gpucloud serve` (uvicorn, one process) against it, and submits with an
-API token over one keep-alive connection: `--single` single submissions
-(p50/p99 latency and submissions per second), then `--batches` bulk
-submissions of `--bulk` workloads each (workloads per second). Every
-submission runs the full validation and writes its event and audit entry.
-Set REDIS_URL (and SECRET_KEY) to measure with the Redis broker that
-receives the scheduling triggers, as in a deployment.
+with a project, quotas and a pool with one ready 8-GPU node, starts the web
+process (uvicorn serving `gpucloud.asgi:application` as `gpucloud serve`
+does, with `--workers` processes and its access log off) against it, and
+submits with an API token:
+
+- `--single` single submissions, spread over `--clients` client threads,
+  each with its own keep-alive connection: submissions per second over the
+  whole run, and p50/p99 latency of every request;
+- then `--batches` bulk submissions of `--bulk` workloads each from one
+  client (workloads per second).
+
+Every submission runs the full validation (allowed images included) and
+writes its event and audit entry; the bench sets no count limit, so no
+count query runs. The clients run on the same machine as the server and
+Postgres and take their share of its cores. Set REDIS_URL (and
+SECRET_KEY) to measure with the Redis broker that receives the scheduling
+triggers, as in a deployment.
 """
 
 from __future__ import annotations
@@ -21,12 +31,15 @@ import http.client
 import json
 import os
 import signal
+import socket
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from list_projects import _free_port, _serve
+from list_projects import _free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -86,16 +99,48 @@ def _post(conn: http.client.HTTPConnection, path: str, secret: str, body: object
     return time.perf_counter() - started
 
 
-def _single(port: int, secret: str, count: int) -> dict[str, float]:
+def _serve(port: int, workers: int) -> subprocess.Popen[bytes]:
+    """Start uvicorn with `workers` processes on `port` and return it once it accepts connections."""
+    command = [sys.executable, "-m", "uvicorn", "gpucloud.asgi:application", "--port", str(port)]
+    command += ["--workers", str(workers), "--lifespan", "off", "--no-access-log", "--log-level", "warning"]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise SystemExit("uvicorn did not start")
+
+
+def _client(port: int, secret: str, names: range, timings: list[float]) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     path = f"/api/v1/tenants/{TENANT}/workloads/"
-    for i in range(20):  # warm connections and caches
-        _post(conn, path, secret, _item(i))
+    timings.extend(_post(conn, path, secret, _item(i)) * 1000 for i in names)
+
+
+def _single(port: int, secret: str, count: int, clients: int) -> dict[str, float]:
+    # Warm every worker process (each has its own connections and caches) before timing.
+    _client(port, secret, range(20 * clients), [])
+    per_client: list[list[float]] = [[] for _ in range(clients)]
+    threads = [
+        threading.Thread(target=_client, args=(port, secret, range(c, count, clients), per_client[c]))
+        for c in range(clients)
+    ]
     started = time.perf_counter()
-    timings = sorted(_post(conn, path, secret, _item(i)) * 1000 for i in range(count))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     elapsed = time.perf_counter() - started
+    timings = sorted(t for each in per_client for t in each)
+    if len(timings) != count:
+        raise SystemExit(f"only {len(timings)} of {count} submissions answered")
     return {
         "submissions": count,
+        "clients": clients,
         "per_second": round(count / elapsed, 1),
         "p50_ms": round(statistics.median(timings), 2),
         "p99_ms": round(timings[int(len(timings) * 0.99) - 1], 2),
@@ -120,12 +165,18 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=1000)
     parser.add_argument("--bulk", type=int, default=1000)
     parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--clients", type=int, default=1, help="client threads sending single submissions")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     args = parser.parse_args()
     secret = _setup()
     port = _free_port()
-    server = _serve(port)
+    server = _serve(port, args.workers)
     try:
-        results = {"single": _single(port, secret, args.single), "bulk": _bulk(port, secret, args.bulk, args.batches)}
+        results = {
+            "workers": args.workers,
+            "single": _single(port, secret, args.single, args.clients),
+            "bulk": _bulk(port, secret, args.bulk, args.batches),
+        }
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=20)

@@ -6,7 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from frontend import views
-from frontend.views import inventory, jobs
+from frontend.views import images, inventory, jobs, presets
 
 app_name = "frontend"
 urlpatterns = [
@@ -24,6 +24,8 @@ urlpatterns = [
     path("t/<str:tenant>/tokens/", views.tokens, name="tokens"),
     path("t/<str:tenant>/tokens/<int:pk>/revoke/", views.token_revoke, name="token_revoke"),
     path("t/<str:tenant>/audit/", views.audit, name="audit"),
+    path("t/<str:tenant>/presets/", presets.presets_page, name="presets"),
+    path("t/<str:tenant>/presets/<int:pk>/", presets.preset_edit, name="preset_edit"),
     path("t/<str:tenant>/queue/", jobs.queue, name="queue"),
     path("t/<str:tenant>/workloads/", jobs.workloads, name="workloads"),
     path("t/<str:tenant>/workloads/<int:pk>/", jobs.workload, name="workload"),
@@ -35,4 +37,6 @@ urlpatterns = [
     path("ops/nodes/<str:name>/", inventory.ops_node, name="ops_node"),
     path("ops/gpus/", inventory.ops_gpus, name="ops_gpus"),
     path("ops/allocation/", jobs.ops_allocation, name="ops_allocation"),
+    path("ops/images/", images.ops_images, name="ops_images"),
+    path("ops/images/<int:pk>/delete/", images.ops_image_delete, name="ops_image_delete"),
 ]

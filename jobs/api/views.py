@@ -98,7 +98,7 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
         submission = services.submit(
             actor=self.actor, project=project, items=[data], idempotency_key=_idempotency_key(request)
         )
-        return self.respond(submission.workloads[0], _status(submission))
+        return Response(s.workload_rows(submission.workloads)[0], status=_status(submission))
 
     @extend_schema(request=None, responses=s.WorkloadSerializer)
     @action(detail=True, methods=["post"])
@@ -168,8 +168,8 @@ class WorkloadBulkEndpoint(TenantViewSet):
             idempotency_key=_idempotency_key(request),
             bulk=True,
         )
-        body = {"count": len(submission.workloads), "results": submission.workloads}
-        return Response(s.BulkResultSerializer(body).data, status=_status(submission))
+        body = {"count": len(submission.workloads), "results": s.workload_rows(submission.workloads)}
+        return Response(body, status=_status(submission))
 
 
 class AllowedImageEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformViewSet):

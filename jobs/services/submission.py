@@ -191,10 +191,8 @@ def _replay(project: Project, owner: User, key: str, digest: str, count: int) ->
             details={"workload": existing.pk},
         )
     keys = _item_keys(key, count)
-    found = {
-        w.idempotency_key: w
-        for w in Workload.all_tenants.filter(tenant_id=project.tenant_id, owner=owner, idempotency_key__in=keys)
-    }
+    replayed = Workload.all_tenants.filter(tenant_id=project.tenant_id, owner=owner, idempotency_key__in=keys)
+    found = {w.idempotency_key: w for w in replayed.select_related("project", "pool", "owner")}
     return [found[k] for k in keys]
 
 

@@ -373,3 +373,27 @@ def test_concurrent_submissions_never_pass_the_pending_limit(world: World) -> No
     assert outcomes.count("created") == limit - already
     assert set(outcomes) == {"created", "max_pending_workloads"}
     assert Workload.all_tenants.filter(state="pending").count() == limit
+
+
+# --- the submission response ----------------------------------------------------------------
+
+
+def test_the_fast_response_renders_exactly_what_the_serializer_does(world: World) -> None:
+    from jobs.api.serializers import WorkloadSerializer, workload_rows
+
+    ready_world(world)
+    created = services.submit_workloads(
+        actor=Actor(user=world.member_a),
+        project=world.project_a,
+        items=[
+            request(world, name="a", kind="notebook", env={"A": "1"}, command=["python", "x.py"]),
+            request(world, name="b", gpu_models=[H100], max_runtime_seconds=600, priority_class="high"),
+        ],
+    )
+    moved = timezone.now()
+    Workload.all_tenants.filter(pk=created[1].pk).update(
+        state=WorkloadState.FAILED, scheduled_at=moved, finished_at=moved, exit_code=3, reason_code="EXIT_NONZERO"
+    )
+    stored = list(Workload.all_tenants.select_related("project", "pool", "owner").order_by("pk"))
+    for workloads in (created, stored):
+        assert workload_rows(workloads) == WorkloadSerializer(workloads, many=True).data
