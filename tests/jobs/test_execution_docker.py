@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-import docker
-import docker.errors
 import pytest
 
 from inventory.agent import executor as executor_module
 from inventory.agent.config import AgentConfig, activate
-from inventory.drivers import policy
 from inventory.drivers.base import WorkloadSpec
 from inventory.drivers.docker_runtime import DockerRuntime
 from inventory.models import Gpu, Node, NodeEvent, agent_queue_for
@@ -32,6 +28,7 @@ from tenants.scoping import tenant_scope
 from tests.conftest import World
 from tests.inventory.factories import make_node
 from tests.jobs.factories import assign, give_quota
+from tests.jobs.test_proxy import browser, console  # noqa: F401 -- the console under uvicorn, as a fixture
 from tests.workers import running_worker, wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
@@ -47,16 +44,10 @@ def docker_agent(tmp_path: Path, test_image: str) -> Iterator[AgentConfig]:
     with running_worker(["control", agent_queue_for(NODE)], concurrency=4):
         yield config
     executor_module._executor = None
-    client = docker.DockerClient(base_url="unix:///var/run/docker.sock", timeout=30)
-    try:
-        for container in client.api.containers(all=True, filters={"label": f"{policy.LABEL_TENANT}=tenant-a"}):
-            with suppress(docker.errors.NotFound):
-                client.api.remove_container(container["Id"], force=True)
-        for network in client.api.networks(names=[policy.tenant_network_name("tenant-a")]):
-            with suppress(docker.errors.APIError):
-                client.api.remove_network(network["Id"])
-    finally:
-        client.close()
+    runtime = DockerRuntime(pull_images=False)
+    for managed in runtime.list_managed():
+        if managed.tenant == "tenant-a":
+            runtime.remove(managed.handle)
 
 
 def _world(world: World) -> Node:
@@ -168,3 +159,30 @@ def test_reconcile_stops_an_orphan_container_and_releases_a_dangling_allocation(
 
     assert wait_until(gone, timeout=30), "the orphan container was stopped and removed"
     assert NodeEvent.objects.filter(node__name=NODE, kind="node.orphan_stopped").exists()
+
+
+HTTPD = (
+    "root=/tmp/www/notebooks/$GPUCLOUD_WORKLOAD_ID; mkdir -p $root/api && echo ok > $root/api/status"
+    ' && echo "served from the container" > $root/index.html && exec httpd -f -p $JUPYTER_PORT -h /tmp/www'
+)
+
+
+def test_a_container_serving_http_is_reached_through_the_console_proxy_by_its_owner_only(
+    world: World,
+    docker_agent: AgentConfig,
+    test_image: str,
+    console: str,  # noqa: F811 -- the fixture imported above
+) -> None:
+    _world(world)
+    # A notebook image of its own: busybox httpd stands in for Jupyter (same base URL, port and status URL).
+    served = _submit(world, test_image, HTTPD, kind="notebook", name="httpd")
+    run_pass()
+    served = _reached(served, WorkloadState.RUNNING)
+    path = f"/notebooks/{served.pk}/index.html"
+    with browser(console, world.member_a) as owner:
+        answer = owner.get(path)
+        assert answer.status_code == 200 and answer.text == "served from the container\n"
+    with browser(console, world.admin_b) as outsider:
+        assert outsider.get(path).status_code == 404
+    with browser(console, None) as anonymous:
+        assert anonymous.get(path).status_code == 404
