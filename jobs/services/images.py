@@ -20,12 +20,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
-from django.db.models import Q, Subquery
+from django.db import IntegrityError, connection, transaction
 
 from gpucloud.errors import invalid
 from jobs.choices import WorkloadKind
 from jobs.models import AllowedImage
+from jobs.services.quota_rules import fetch
 from jobs.services.spec import IMAGE_RULE, MAX_IMAGE_LENGTH, WorkloadSpec, prefixed
 from tenants.context import Actor
 from tenants.models import Tenant
@@ -84,13 +84,11 @@ def policy_for_tenant(tenant_id: int) -> ImagePolicy:
     allow-list applies at all depends on whether any pattern exists anywhere."""
     # The tenant's and the platform-wide patterns, plus any one row (whoever's) so
     # the same query also says whether the platform has a pattern at all.
-    any_row = Subquery(AllowedImage.objects.order_by().values("pk")[:1])
-    rows = list(
-        AllowedImage.objects.filter(Q(tenant_id=tenant_id) | Q(tenant__isnull=True) | Q(pk=any_row))
-        .values_list("tenant_id", "pattern", "notebook")
-        .order_by()
-    )
-    own = tuple((pattern, notebook) for owner, pattern, notebook in rows if owner in (tenant_id, None))
+    table = connection.ops.quote_name(AllowedImage._meta.db_table)
+    where = f"tenant_id = %s OR tenant_id IS NULL OR id = (SELECT MIN(id) FROM {table})"  # noqa: S608 -- names from the models' metadata; every value is a parameter
+    sql = f"SELECT tenant_id, pattern, notebook FROM {table} WHERE {where}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
+    rows = fetch(sql, [tenant_id])
+    own = tuple((pattern, bool(notebook)) for owner, pattern, notebook in rows if owner in (tenant_id, None))
     return ImagePolicy(enforced=bool(rows), patterns=own)
 
 
