@@ -57,7 +57,9 @@ def _world() -> tuple[object, object, object]:
     Membership.all_tenants.get_or_create(tenant=tenant, user=user, defaults={"role": "admin"})
     project, _ = Project.all_tenants.get_or_create(tenant=tenant, slug="bench", defaults={"name": "Bench"})
     TenantQuota.all_tenants.get_or_create(tenant=tenant, pool=pool, defaults={"guaranteed": 8, "limit": 8})
-    ProjectQuota.all_tenants.get_or_create(tenant=tenant, project=project, pool=pool, defaults={"guaranteed": 8, "limit": 8})
+    ProjectQuota.all_tenants.get_or_create(
+        tenant=tenant, project=project, pool=pool, defaults={"guaranteed": 8, "limit": 8}
+    )
     node, created = Node.objects.get_or_create(
         name=NODE, defaults={"pool": pool, "runtime": "docker", "state": "ready", "cpu_cores": 8, "memory_mb": 16000}
     )
@@ -84,8 +86,15 @@ def _gpucloud_run(user: object, project: object, pool: object) -> float:
     from jobs.models import Workload
     from tenants.context import Actor
 
-    data = {"name": "bench", "image": IMAGE, "pool": pool, "command": COMMAND, "gpus_per_replica": 0,
-            "cpu_milli": 100, "memory_mib": 32}
+    data = {
+        "name": "bench",
+        "image": IMAGE,
+        "pool": pool,
+        "command": COMMAND,
+        "gpus_per_replica": 0,
+        "cpu_milli": 100,
+        "memory_mib": 32,
+    }
     actor = Actor(user=user)  # type: ignore[arg-type]
     started = time.perf_counter()
     workload = services.submit_workload(actor=actor, project=project, data=data)  # type: ignore[arg-type]
