@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 NODE = "bench-local"
 
-from bench.execution_start import _setup_django  # noqa: E402 -- after the path is set
+from execution_start import _setup_django
 
 
 def _world() -> tuple[object, object, object]:
