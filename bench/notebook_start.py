@@ -24,11 +24,11 @@ import threading
 import time
 from pathlib import Path
 
+from execution_start import _setup_django
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 NODE = "bench-local"
-
-from execution_start import _setup_django
 
 
 def _world() -> tuple[object, object, object]:
