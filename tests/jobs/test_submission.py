@@ -47,6 +47,7 @@ def test_a_member_submits_into_their_project(world: World) -> None:
     assert workload.tenant_id == world.tenant_a.pk
     events = WorkloadEvent.all_tenants.filter(workload=workload)
     assert [(e.kind, e.to_state) for e in events] == [("workload.submitted", "pending")]
+    assert events[0].message == "Submitted by member_a: 2 GPU(s) in pool shared."
     assert AuditEvent.all_tenants.filter(action="workload.submit", object_id=str(workload.pk)).count() == 1
 
 
