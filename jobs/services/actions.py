@@ -38,6 +38,14 @@ def _require_actor(actor: Actor, workload: Workload) -> None:
         raise PermissionDenied("Members can act only on their own workloads.")
 
 
+def _illegal(current: Workload, requested: WorkloadState, rule: str) -> Conflict:
+    return Conflict(
+        f"Workload {current.name} is {current.state}; {rule}.",
+        code="illegal_transition",
+        details={"current_state": current.state, "requested_state": requested.value},
+    )
+
+
 def _reloaded(workload: Workload) -> Workload:
     return Workload.all_tenants.select_related("project", "pool", "owner").get(pk=workload.pk)
 
@@ -63,11 +71,7 @@ def cancel_workload(*, actor: Actor, workload: Workload) -> Workload:
     )
     current = _reloaded(workload)
     if not moved:
-        raise Conflict(
-            f"Workload {current.name} is {current.state}; only unfinished workloads can be cancelled.",
-            code="illegal_transition",
-            details={"current_state": current.state, "requested_state": WorkloadState.CANCELLED.value},
-        )
+        raise _illegal(current, WorkloadState.CANCELLED, "only unfinished workloads can be cancelled")
     record_audit_event(
         actor=actor,
         action="workload.cancel",
@@ -116,11 +120,7 @@ def restart_workload(*, actor: Actor, workload: Workload) -> Workload:
     )
     current = _reloaded(workload)
     if not moved:
-        raise Conflict(
-            f"Workload {current.name} is {current.state}; only ended workloads can be restarted.",
-            code="illegal_transition",
-            details={"current_state": current.state, "requested_state": WorkloadState.PENDING.value},
-        )
+        raise _illegal(current, WorkloadState.PENDING, "only ended workloads can be restarted")
     record_audit_event(
         actor=actor,
         action="workload.restart",
