@@ -3,10 +3,11 @@
 A raw ASGI app in front of the console's own apps (`gpucloud/asgi.py`):
 every other path goes to them untouched. For a notebook path it
 
-1. authenticates the console's session cookie (Channels' auth stack, the
-   same login as the pages) and asks `jobs.selectors.notebook_proxy_target`
-   on every request and every WebSocket connect, so revoked access ends at
-   once. Anyone without access gets the same 404 (HTTP) or refused
+1. authenticates the console's session cookie (Django's session store and
+   `get_user`, the same login as the pages) and asks
+   `jobs.selectors.notebook_proxy_target`, both in one hop to a database
+   thread, on every request and every WebSocket connect, so revoked access
+   ends at once. Anyone without access gets the same 404 (HTTP) or refused
    handshake (WebSocket) as for a notebook that does not exist;
 2. forwards the request to the same path and query on the endpoint of the
    notebook's first replica (Jupyter runs with `base_url=/notebooks/<id>/`),
@@ -37,14 +38,16 @@ import re
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import suppress
+from importlib import import_module
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
+from django.contrib.auth import get_user
+from django.http import HttpRequest, parse_cookie
 from django.http.request import validate_host
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
@@ -114,6 +117,24 @@ class SecretMask:
             if data.endswith(self.secret[:length]):
                 return length
         return 0
+
+
+def session_key(scope: Scope) -> str | None:
+    """Return the console session cookie's value from the request's Cookie headers, or None."""
+    joined = "; ".join(value.decode("latin-1") for key, value in scope.get("headers") or [] if key.lower() == b"cookie")
+    return parse_cookie(joined).get(settings.SESSION_COOKIE_NAME) or None
+
+
+def authorize(key: str | None, workload_id: int) -> ProxyTarget | None:
+    """Return where the user logged in with console session `key` reaches notebook `workload_id`, or None.
+
+    Django's own session store and `get_user` (which also checks the
+    session against the user's password hash), then the selector: one
+    call, so the proxy crosses to a database thread once per request.
+    """
+    request = HttpRequest()
+    request.session = import_module(settings.SESSION_ENGINE).SessionStore(key)
+    return notebook_proxy_target(get_user(request), workload_id)
 
 
 def _dropped(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
@@ -238,6 +259,19 @@ def _has_body(scope: Scope) -> bool:
     return b"content-length" in names or b"transfer-encoding" in names
 
 
+async def _first_of(*work: Awaitable[None]) -> None:
+    """Run `work` concurrently until the first ends, then cancel the rest; re-raise the first's error, if any."""
+    tasks = [asyncio.ensure_future(each) for each in work]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in done:
+        task.result()
+
+
 async def _until_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
@@ -252,9 +286,8 @@ class NotebookProxy:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self._authenticated: ASGIApp = AuthMiddlewareStack(self._serve)
         # The same origin rule as the console's own WebSocket consumers.
-        self._websocket: ASGIApp = AllowedHostsOriginValidator(self._authenticated)
+        self._websocket: ASGIApp = AllowedHostsOriginValidator(self._serve)
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
             weakref.WeakKeyDictionary()
         )
@@ -263,7 +296,7 @@ class NotebookProxy:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
         elif scope["type"] == "http" and NOTEBOOK_PATH.match(scope["path"]):
-            await self._authenticated(scope, receive, send)
+            await self._serve(scope, receive, send)
         elif scope["type"] == "websocket" and NOTEBOOK_PATH.match(scope["path"]):
             await self._websocket(scope, receive, send)
         else:
@@ -296,7 +329,7 @@ class NotebookProxy:
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = NOTEBOOK_PATH.match(scope["path"])
         assert match is not None  # routed here only on a match
-        target = await database_sync_to_async(notebook_proxy_target)(scope["user"], int(match["workload"]))
+        target = await database_sync_to_async(authorize)(session_key(scope), int(match["workload"]))
         if scope["type"] == "websocket":
             await self._proxy_websocket(scope, receive, send, target)
         elif target is None:
@@ -337,13 +370,7 @@ class NotebookProxy:
         self, response: httpx.Response, receive: Receive, send: Send, target: ProxyTarget
     ) -> None:
         """Relay the response as it comes; stop reading the upstream as soon as the browser disconnects."""
-        streaming = asyncio.ensure_future(self._relay_body(response, send, target))
-        watching = asyncio.ensure_future(_until_disconnect(receive))
-        await asyncio.wait({streaming, watching}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (streaming, watching):
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
+        await _first_of(self._relay_body(response, send, target), _until_disconnect(receive))
 
     async def _relay_body(self, response: httpx.Response, send: Send, target: ProxyTarget) -> None:
         mask = SecretMask(target.secret)
@@ -389,13 +416,7 @@ class NotebookProxy:
 
     async def _relay_frames(self, receive: Receive, send: Send, upstream: ClientConnection, mask: SecretMask) -> None:
         """Relay frames both ways until one side closes, then close the other with the same code."""
-        down = asyncio.ensure_future(_upstream_to_browser(upstream, send, mask))
-        up = asyncio.ensure_future(_browser_to_upstream(receive, upstream))
-        await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (down, up):
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
+        await _first_of(_upstream_to_browser(upstream, send, mask), _browser_to_upstream(receive, upstream))
 
 
 async def _upstream_to_browser(upstream: ClientConnection, send: Send, mask: SecretMask) -> None:
@@ -407,8 +428,11 @@ async def _upstream_to_browser(upstream: ClientConnection, send: Send, mask: Sec
                 await send({"type": "websocket.send", "bytes": mask.replace(data)})
     except ConnectionClosed:
         pass
+    except OSError:
+        return  # the browser is gone (uvicorn's ClientDisconnected is an OSError): the other side closes upstream
     code = upstream.close_code
-    await send({"type": "websocket.close", "code": _sendable(code, 1011 if code == 1006 else 1000)})
+    with suppress(OSError):
+        await send({"type": "websocket.close", "code": _sendable(code, 1011 if code == 1006 else 1000)})
 
 
 async def _browser_to_upstream(receive: Receive, upstream: ClientConnection) -> None:

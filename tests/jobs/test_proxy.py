@@ -136,13 +136,29 @@ class Echo:
     websockets_endpoint: str
     requests: list[dict[str, Any]] = field(default_factory=list)
     websockets: list[dict[str, Any]] = field(default_factory=list)
+    stream_ended: threading.Event = field(default_factory=threading.Event)
 
 
 def _echo_handler(echo: Echo) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def _stream(self) -> None:
+            """Send chunks until the reader goes away, then say so."""
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(b"10000\r\n" + b"x" * 0x10000 + b"\r\n")
+                    time.sleep(0.005)
+            except OSError:
+                echo.stream_ended.set()
+
         def _answer(self) -> None:
+            if self.path.endswith("/stream"):
+                self._stream()
+                return
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             seen = {"method": self.command, "path": self.path, "headers": dict(self.headers.items()), "body": body}
             echo.requests.append(seen)
@@ -453,6 +469,13 @@ def test_frames_are_relayed_both_ways_and_each_side_closing_closes_the_other(
             with pytest.raises(ConnectionClosed) as closed:
                 channel.recv(timeout=10)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 4003
+
+
+def test_a_browser_that_leaves_mid_download_stops_the_upstream_transfer(world: World, echo: Echo, console: str) -> None:
+    notebook(world, ECHO_ID, echo.endpoint)
+    with browser(console, world.member_a) as owner, owner.stream("GET", f"/notebooks/{ECHO_ID}/stream") as endless:
+        assert len(next(endless.iter_raw())) > 0
+    assert echo.stream_ended.wait(timeout=20), "the proxy kept reading for a browser that left"
 
 
 def test_an_unreachable_upstream_is_a_502_and_a_refused_handshake(world: World, console: str) -> None:
