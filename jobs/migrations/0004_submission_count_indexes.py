@@ -5,21 +5,30 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0005_execution'),
-        ('jobs', '0003_execution'),
-        ('tenants', '0004_execution'),
+        ("inventory", "0005_execution"),
+        ("jobs", "0003_execution"),
+        ("tenants", "0004_execution"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='workload',
-            index=models.Index(condition=models.Q(('state', 'pending')), fields=['project', 'pool'], name='workload_pending_per_project'),
+            model_name="workload",
+            index=models.Index(
+                condition=models.Q(("state", "pending")),
+                fields=["project", "pool"],
+                name="workload_pending_per_project",
+            ),
         ),
         migrations.AddIndex(
-            model_name='workload',
-            index=models.Index(condition=models.Q(('kind', 'notebook'), ('state__in', ['pending', 'scheduled', 'starting', 'running', 'preempted'])), fields=['owner', 'pool'], name='workload_live_notebooks'),
+            model_name="workload",
+            index=models.Index(
+                condition=models.Q(
+                    ("kind", "notebook"), ("state__in", ["pending", "scheduled", "starting", "running", "preempted"])
+                ),
+                fields=["owner", "pool"],
+                name="workload_live_notebooks",
+            ),
         ),
     ]
