@@ -35,6 +35,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -95,15 +96,22 @@ def _post(conn: http.client.HTTPConnection, path: str, secret: str, body: object
     response = conn.getresponse()
     data = response.read()
     if response.status != 201:
-        raise SystemExit(f"{path} answered {response.status}: {data[:300]!r}")
+        raise SystemExit(f"{path} answered {response.status}: {data[:300]!r} (server log: {SERVER_LOG})")
     return time.perf_counter() - started
 
 
+SERVER_LOG = Path(tempfile.gettempdir()) / "gpucloud-bench-submissions.log"
+
+
 def _serve(port: int, workers: int) -> subprocess.Popen[bytes]:
-    """Start uvicorn with `workers` processes on `port` and return it once it accepts connections."""
+    """Start uvicorn with `workers` processes on `port` and return it once it accepts connections.
+
+    Its warnings and errors go to SERVER_LOG, whose path a failed run prints.
+    """
     command = [sys.executable, "-m", "uvicorn", "gpucloud.asgi:application", "--port", str(port)]
     command += ["--workers", str(workers), "--lifespan", "off", "--no-access-log", "--log-level", "warning"]
-    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with SERVER_LOG.open("wb") as log:
+        server = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -137,7 +145,7 @@ def _single(port: int, secret: str, count: int, clients: int) -> dict[str, float
     elapsed = time.perf_counter() - started
     timings = sorted(t for each in per_client for t in each)
     if len(timings) != count:
-        raise SystemExit(f"only {len(timings)} of {count} submissions answered")
+        raise SystemExit(f"only {len(timings)} of {count} submissions answered (server log: {SERVER_LOG})")
     return {
         "submissions": count,
         "clients": clients,
