@@ -5,6 +5,20 @@ model they have free; a second set of buckets counts all free GPUs of a node
 (for CPU-only work). Buckets are sorted lists of node numbers, so the first
 node that fits is also the first by name: determinism without sorting in the
 hot path. Everything is mutable and lives only for one pass.
+
+Bin-packing avoids stranding GPUs (the fragmentation idea of FGD, Weng et
+al., ATC '23, reduced to what is cheap to keep up to date). A free GPU is
+*stranded* when its node has too little CPU or memory left to go with it:
+less per free GPU than the pool's leanest node has per GPU, so work sized
+for that node could not use it. Best fit alone ignores this: it sends a
+CPU-hungry single-GPU pod to the node with the fewest free GPUs even when
+that leaves the node's other GPU without CPU. A placement therefore goes
+where it strands the fewest GPUs (or frees the most stranded ones), then
+where it leaves the fewest GPUs free (best fit, which also keeps whole
+nodes whole for large gangs), then to the first node by name. Stranding
+nodes are few by construction, so they are kept in a set and scored
+first; the others are scanned in best-fit order and the scan stops at the
+first free-count level where a placement strands nothing.
 """
 
 from __future__ import annotations
@@ -15,11 +29,14 @@ from dataclasses import dataclass
 
 from jobs.scheduler.core.model import Node, PlacementPolicy
 
+# A bin-packing candidate, smaller is better: (GPUs it strands, GPUs it leaves free, node number, model).
+Score = tuple[int, int, int, str]
+
 
 class NodeState:
     """One schedulable node's free CPU, memory and GPUs (uuids by model, lowest index first)."""
 
-    __slots__ = ("cpu", "free", "memory", "models", "name", "number")
+    __slots__ = ("cpu", "free", "free_count", "memory", "models", "name", "number", "stranded")
 
     def __init__(
         self,
@@ -36,10 +53,12 @@ class NodeState:
         self.memory = memory
         self.free = free
         self.models = models  # of its healthy GPUs, free or not
+        self.free_count = sum(len(gpus) for gpus in free.values())
+        self.stranded = 0  # free GPUs without the CPU or memory to use them (set by the pool)
 
     def free_total(self) -> int:
         """Return the GPUs of any model free on this node."""
-        return sum(len(gpus) for gpus in self.free.values())
+        return self.free_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +83,11 @@ class _Buckets:
     def add(self, count: int, node: int) -> None:
         while len(self.buckets) <= count:
             self.buckets.append([])
-        insort(self.buckets[count], node)
+        bucket = self.buckets[count]
+        if not bucket or bucket[-1] < node:
+            bucket.append(node)  # nodes are first added in order: no search
+        else:
+            insort(bucket, node)
 
     def move(self, node: int, old: int, new: int) -> None:
         bucket = self.buckets[old]
@@ -95,29 +118,46 @@ class PoolCapacity:
         # Where running work sits, to turn a victim's allocation back into what it frees.
         self.number_of: dict[str, int] = {}
         self.gpu_of: dict[str, tuple[int, str]] = {}
+        per_gpu: list[tuple[int, int]] = []  # each GPU node's CPU and memory per healthy GPU
         for node in sorted(nodes, key=lambda n: n.name):
-            self._add_node(node, allocated)
+            self._add_node(node, allocated, per_gpu)
+        # The least CPU and memory a node of the pool has per GPU: less than this left per free GPU strands it.
+        self.cpu_per_gpu = min((cpu for cpu, _ in per_gpu), default=0)
+        self.memory_per_gpu = min((memory for _, memory in per_gpu), default=0)
+        self.stranding: set[int] = set()  # numbers of nodes with stranded GPUs
+        for state in self.nodes:
+            if state.free_count:
+                self._restrand(state)
         self.models: tuple[str, ...] = tuple(sorted(self.capacity_by_model))
         # Free capacity when the pass began: tells "taken by work ahead of you" from "the pool is full".
         self.initial_free_by_model = dict(self.free_by_model)
         self.initial_largest_by_model = {model: self.by_model[model].largest() for model in self.models}
 
-    def _add_node(self, node: Node, allocated: set[str]) -> None:
+    def _add_node(self, node: Node, allocated: set[str], per_gpu: list[tuple[int, int]]) -> None:
         number = len(self.nodes)
         self.number_of[node.name] = number
         free: dict[str, list[tuple[int, str]]] = {}
         healthy: dict[str, int] = {}
-        for gpu in node.gpus:
+        gpu_of = self.gpu_of
+        for gpu in node.gpus:  # every GPU of the pool, every pass: kept lean
             if not gpu.healthy:
                 continue
-            self.gpu_of[gpu.uuid] = (gpu.index, gpu.model)
-            healthy[gpu.model] = healthy.get(gpu.model, 0) + 1
-            if gpu.free and gpu.uuid not in allocated:
-                free.setdefault(gpu.model, []).append((gpu.index, gpu.uuid))
+            model, uuid = gpu.model, gpu.uuid
+            gpu_of[uuid] = (gpu.index, model)
+            healthy[model] = healthy.get(model, 0) + 1
+            if gpu.free and uuid not in allocated:
+                if model in free:
+                    free[model].append((gpu.index, uuid))
+                else:
+                    free[model] = [(gpu.index, uuid)]
+        if healthy:
+            total = sum(healthy.values())
+            per_gpu.append((node.cpu_milli // total, node.memory_mib // total))
         for model, count in healthy.items():
             self.capacity_by_model[model] = self.capacity_by_model.get(model, 0) + count
             self.largest_node_by_model[model] = max(self.largest_node_by_model.get(model, 0), count)
-            self.by_model.setdefault(model, _Buckets())
+            if model not in self.by_model:
+                self.by_model[model] = _Buckets()
         for model, gpus in free.items():
             gpus.sort()
             self.by_model[model].add(len(gpus), number)
@@ -127,7 +167,7 @@ class PoolCapacity:
                 self.by_model[model].add(0, number)
         state = NodeState(number, node.name, node.cpu_free_milli, node.memory_free_mib, free, frozenset(healthy))
         self.nodes.append(state)
-        self.by_total.add(state.free_total(), number)
+        self.by_total.add(state.free_count, number)
 
     def accepted(self, models: frozenset[str]) -> tuple[str, ...]:
         """Return the pool's GPU models a workload accepts (all of them when it names none), sorted."""
@@ -151,16 +191,88 @@ class PoolCapacity:
     def find(self, models: tuple[str, ...], gpus: int, cpu: int, memory: int) -> tuple[int, str] | None:
         """Return (node number, model) of the best node for one replica, or None when no node fits.
 
-        Best fit takes the node with the fewest free GPUs that still fit (the
-        fewest free GPUs overall for CPU-only work); spread takes the most.
-        Ties go to the first node by name.
+        Bin-packing takes the node where the replica strands the fewest GPUs,
+        then leaves the fewest GPUs of its model free (for CPU-only work: the
+        fewest GPUs free overall); spread takes the node with the most free
+        GPUs. Ties go to the first node by name.
         """
+        if self.spread:
+            return self._find_spread(models, gpus, cpu, memory)
+        best = self._best_stranding(models, gpus, cpu, memory)
+        if gpus == 0:
+            return self._scan([(self.by_total.buckets, "")], 0, cpu, memory, best)
+        return self._scan([(self.by_model[m].buckets, m) for m in models], gpus, cpu, memory, best)
+
+    def _best_stranding(self, models: tuple[str, ...], gpus: int, cpu: int, memory: int) -> Score | None:
+        """Return the best score among nodes that strand GPUs now (where a placement may also un-strand some)."""
+        best: Score | None = None
+        for number in self.stranding:
+            node = self.nodes[number]
+            if node.cpu < cpu or node.memory < memory:
+                continue
+            for model in models if gpus else ("",):
+                left = len(node.free.get(model, ())) - gpus if gpus else node.free_count
+                if left >= 0:
+                    score = (self._strands(node, gpus, cpu, memory), left, number, model)
+                    if best is None or score < best:
+                        best = score
+        return best
+
+    def _scan(
+        self, sources: list[tuple[list[list[int]], str]], gpus: int, cpu: int, memory: int, best: Score | None
+    ) -> tuple[int, str] | None:
+        """Scan the nodes that strand nothing yet, fewest GPUs left free first, keeping the best score.
+
+        `sources` are (buckets by free count, model) to search. On a node that
+        strands nothing, a placement strands zero GPUs or more, so once the
+        best score strands none (or frees stranded ones), counts leaving more
+        GPUs free cannot beat it: the scan usually ends at the first count.
+        """
+        nodes, stranding = self.nodes, self.stranding
+        for count in range(gpus, max((len(buckets) for buckets, _ in sources), default=0)):
+            left = count - gpus
+            if best is not None and best[:2] < (0, left):
+                break
+            for buckets, model in sources:
+                for number in buckets[count] if count < len(buckets) else ():
+                    if best is not None and best[:3] <= (0, left, number):
+                        break  # nothing further in this bucket scores better
+                    node = nodes[number]
+                    if number in stranding or node.cpu < cpu or node.memory < memory:
+                        continue
+                    score = (self._strands(node, gpus, cpu, memory), left, number, model)
+                    if best is None or score < best:
+                        best = score
+        return None if best is None else (best[2], best[3])
+
+    def _strands(self, node: NodeState, gpus: int, cpu: int, memory: int) -> int:
+        """Return how many more GPUs the node strands once the replica takes `gpus`, `cpu` and `memory` there."""
+        return self._stranded(node.free_count - gpus, node.cpu - cpu, node.memory - memory) - node.stranded
+
+    def _stranded(self, gpus: int, cpu: int, memory: int) -> int:
+        if not gpus:
+            return 0
+        slots = gpus
+        if self.cpu_per_gpu:
+            slots = min(slots, max(0, cpu) // self.cpu_per_gpu)
+        if self.memory_per_gpu:
+            slots = min(slots, max(0, memory) // self.memory_per_gpu)
+        return gpus - slots
+
+    def _restrand(self, node: NodeState) -> None:
+        node.stranded = self._stranded(node.free_count, node.cpu, node.memory)
+        if node.stranded:
+            self.stranding.add(node.number)
+        else:
+            self.stranding.discard(node.number)
+
+    def _find_spread(self, models: tuple[str, ...], gpus: int, cpu: int, memory: int) -> tuple[int, str] | None:
         if gpus == 0:
             return self._find_cpu_only(cpu, memory)
         nodes = self.nodes
         best: tuple[int, str] | None = None
         counts = range(gpus, max((len(self.by_model[m].buckets) for m in models), default=0))
-        for count in reversed(counts) if self.spread else counts:
+        for count in reversed(counts):
             for model in models:
                 buckets = self.by_model[model].buckets
                 if count >= len(buckets):
@@ -177,9 +289,9 @@ class PoolCapacity:
         return None
 
     def _find_cpu_only(self, cpu: int, memory: int) -> tuple[int, str] | None:
-        # CPU-only work goes where the fewest GPUs are free, to leave whole GPU nodes for GPU work.
+        # Spread: CPU-only work goes where the most GPUs are free.
         buckets = self.by_total.buckets
-        for count in reversed(range(len(buckets))) if self.spread else range(len(buckets)):
+        for count in reversed(range(len(buckets))):
             for number in buckets[count]:
                 node = self.nodes[number]
                 if node.cpu >= cpu and node.memory >= memory:
@@ -196,6 +308,7 @@ class PoolCapacity:
             self._set_free(node, model, free[gpus:])
         node.cpu -= cpu
         node.memory -= memory
+        self._restrand(node)
         return Take(number, model, taken, cpu, memory)
 
     def occupy(self, take: Take) -> None:
@@ -206,6 +319,7 @@ class PoolCapacity:
             self._set_free(node, take.model, [gpu for gpu in node.free[take.model] if gpu not in wanted])
         node.cpu -= take.cpu
         node.memory -= take.memory
+        self._restrand(node)
 
     def give(self, take: Take) -> None:
         """Give back what `take` took."""
@@ -214,14 +328,16 @@ class PoolCapacity:
             self._set_free(node, take.model, sorted([*node.free.get(take.model, []), *take.gpus]))
         node.cpu += take.cpu
         node.memory += take.memory
+        self._restrand(node)
 
     def _set_free(self, node: NodeState, model: str, free: list[tuple[int, str]]) -> None:
         old = len(node.free.get(model, ()))
-        old_total = node.free_total()
+        old_total = node.free_count
         node.free[model] = free
+        node.free_count = old_total - old + len(free)
         self.by_model[model].move(node.number, old, len(free))
         self.free_by_model[model] = self.free_by_model.get(model, 0) + len(free) - old
-        self.by_total.move(node.number, old_total, old_total - old + len(free))
+        self.by_total.move(node.number, old_total, node.free_count)
 
     def place_gang(self, models: tuple[str, ...], gpus: int, replicas: int, cpu: int, memory: int) -> list[Take] | None:
         """Place every replica or none: return what was taken, or None (with nothing taken) when one does not fit."""

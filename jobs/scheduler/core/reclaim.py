@@ -56,6 +56,7 @@ class Reclaimer:
                 self.owners[key] = (workload.priority, workload)
         self._ordered: list[Workload] | None = None
         self._on_node: dict[str, list[Workload]] | None = None
+        self._sorted_nodes: set[str] = set()
         self._victims: dict[str, Victim] = {}
         self.losing: set[tuple[str, str]] = set()
 
@@ -69,12 +70,24 @@ class Reclaimer:
     def on_node(self, name: str) -> list[Workload]:
         """Return the workloads holding something on node `name`, in victim order."""
         if self._on_node is None:
+            # Thousands of workloads, a few per node, and a claimant looks at a few dozen nodes: each node's
+            # list is put in victim order when first asked for, not the whole pool up front.
             on_node: dict[str, list[Workload]] = defaultdict(list)
-            for workload in self.ordered:
-                for node in sorted({replica.node for replica in workload.allocation}):
+            for workload in self.running:
+                allocation = workload.allocation
+                if len(allocation) == 1:
+                    on_node[allocation[0].node].append(workload)
+                    continue
+                for node in dict.fromkeys(replica.node for replica in allocation):
                     on_node[node].append(workload)
             self._on_node = on_node
-        return self._on_node.get(name, [])
+        workloads = self._on_node.get(name)
+        if workloads is None:
+            return []
+        if name not in self._sorted_nodes:
+            workloads.sort(key=victim_order)
+            self._sorted_nodes.add(name)
+        return workloads
 
     def victim(self, workload: Workload) -> Victim:
         """Return what stopping `workload` frees (computed once per pass)."""

@@ -51,12 +51,17 @@ class PassState:
             (q.pool, q.tenant, q.project): Limits(float(q.guaranteed), float(q.limit), float(q.weight))
             for q in snapshot.project_quotas
         }
-        self.capacity = self._build_capacity(snapshot)
         self.tenant_usage: dict[TenantKey, int] = defaultdict(int)
         self.project_usage: dict[ProjectKey, int] = defaultdict(int)
-        for workload in snapshot.running:
-            self.tenant_usage[tenant_key(workload)] += workload.total_gpus
-            self.project_usage[project_key(workload)] += workload.total_gpus
+        tenant_usage, project_usage = self.tenant_usage, self.project_usage
+        allocated: set[str] = set()
+        for workload in snapshot.running:  # thousands of them: one loop, no helper calls
+            gpus = workload.gpus * workload.replicas
+            tenant_usage[(workload.pool, workload.tenant)] += gpus
+            project_usage[(workload.pool, workload.tenant, workload.project)] += gpus
+            for replica in workload.allocation:
+                allocated.update(replica.gpu_uuids)
+        self.capacity = self._build_capacity(snapshot, allocated)
         self.tenant_fair: dict[TenantKey, float] = {}
         self.project_fair: dict[ProjectKey, float] = {}
         self._compute_fair_shares(snapshot)
@@ -66,8 +71,7 @@ class PassState:
         # The highest priority placed this pass per project: tells "behind higher priority" from "behind fairer".
         self.placed_priority: dict[ProjectKey, int] = {}
 
-    def _build_capacity(self, snapshot: Snapshot) -> dict[str, PoolCapacity]:
-        allocated = {uuid for w in snapshot.running for replica in w.allocation for uuid in replica.gpu_uuids}
+    def _build_capacity(self, snapshot: Snapshot, allocated: set[str]) -> dict[str, PoolCapacity]:
         nodes_by_pool: dict[str, list[Node]] = defaultdict(list)
         for node in snapshot.nodes:
             if node.schedulable:
