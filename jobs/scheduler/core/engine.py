@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from jobs.scheduler.core.capacity import PoolCapacity, Take
-from jobs.scheduler.core.explain import capacity_reason, hint, message, quota_message
+from jobs.scheduler.core.explain import Hints, capacity_reason, message, quota_message
 from jobs.scheduler.core.model import Decisions, Ordering, Reason, Snapshot, Waiting, Workload
 from jobs.scheduler.core.reclaim import Reclaimer
 from jobs.scheduler.core.state import PassState, project_key
@@ -64,15 +64,10 @@ def schedule(snapshot: Snapshot) -> Decisions:
 def _explain(state: PassState, waiting: list[tuple[Workload, Reason, str, int]]) -> dict[str, Waiting]:
     if not state.config.explain:
         return {w.id: Waiting(reason, "", position) for w, reason, _, position in waiting}
-    hints: dict[tuple[str, str, Shape], str | None] = {}
+    hints = Hints(state)
     explained: dict[str, Waiting] = {}
     for workload, reason, detail, position in waiting:
-        found = None
-        if reason in _CAPACITY_REASONS:
-            key = (workload.pool, workload.tenant, _shape(workload, tuple(sorted(workload.models))))
-            if key not in hints:
-                hints[key] = hint(state, workload)
-            found = hints[key]
+        found = hints.hint(workload) if reason in _CAPACITY_REASONS else None
         explained[workload.id] = Waiting(reason, message(reason, workload, detail), position, found)
     return explained
 

@@ -80,29 +80,70 @@ def capacity_reason(capacity: PoolCapacity, workload: Workload, models: tuple[st
     return Reason.NO_CAPACITY
 
 
-def hint(state: PassState, workload: Workload) -> str | None:
-    """Return "would start now ..." when fewer GPUs, or another pool, would fit now; None otherwise."""
-    for name, capacity in state.capacity.items():
-        if name == workload.pool or not _may_use(state, workload, name):
-            continue
-        models = capacity.accepted(workload.models)
-        takes = capacity.place_gang(models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib)
-        if takes is not None:
-            for take in reversed(takes):
-                capacity.give(take)
-            return f"would start now in pool {name}"
-    own = state.capacity.get(workload.pool)
-    if own is None or workload.replicas != 1 or workload.gpus <= 1:
+class Hints:
+    """Hints for the workloads left waiting once a pass has placed everything it will.
+
+    Free capacity no longer changes then, so whether a shape fits a pool is
+    searched once per (pool, shape) however many workloads share it; quotas
+    and pool rules are a few lookups per workload.
+    """
+
+    def __init__(self, state: PassState) -> None:
+        self.state = state
+        self._fits: dict[tuple[str, tuple[tuple[str, ...], int, int, int, int]], bool] = {}
+
+    def hint(self, workload: Workload) -> str | None:
+        """Return "would start now in pool <name>" or "... with <n> GPUs" when that is true now; None otherwise.
+
+        Another pool qualifies when the workload's tenant may use it (not
+        dedicated to another tenant, not cordoned, a tenant quota there and
+        room under both the tenant's and the project's limit), some GPU model
+        there is one the workload accepts, and the whole gang fits its free
+        capacity as this pass leaves it. Pools are tried by name; failing
+        that, a single replica that asks for more GPUs than any node has free
+        is told how many it could have now.
+        """
+        for name, capacity in self.state.capacity.items():
+            if name != workload.pool and may_use(self.state, workload, name) and self._fits_in(capacity, workload):
+                return f"would start now in pool {name}"
+        own = self.state.capacity.get(workload.pool)
+        if own is None or workload.replicas != 1 or workload.gpus <= 1:
+            return None
+        fewer = own.largest_free(own.accepted(workload.models))
+        if 0 < fewer < workload.gpus:
+            return f"would start now with {fewer} GPU{'s' if fewer != 1 else ''}"
         return None
-    fewer = own.largest_free(own.accepted(workload.models))
-    if 0 < fewer < workload.gpus:
-        return f"would start now with {fewer} GPU{'s' if fewer != 1 else ''}"
-    return None
+
+    def _fits_in(self, capacity: PoolCapacity, workload: Workload) -> bool:
+        models = capacity.accepted(workload.models)
+        key = (capacity.name, (models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib))
+        if key not in self._fits:
+            self._fits[key] = _fits_now(capacity, models, workload)
+        return self._fits[key]
 
 
-def _may_use(state: PassState, workload: Workload, pool_name: str) -> bool:
+def _fits_now(capacity: PoolCapacity, models: tuple[str, ...], workload: Workload) -> bool:
+    """Return whether the whole gang fits the pool's free capacity now; nothing stays taken."""
+    if workload.gpus and (
+        not models or capacity.free_gpus(models) < workload.total_gpus or capacity.largest_free(models) < workload.gpus
+    ):
+        return False  # counts alone rule it out: no search
+    takes = capacity.place_gang(models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib)
+    for take in reversed(takes or ()):
+        capacity.give(take)
+    return takes is not None
+
+
+def may_use(state: PassState, workload: Workload, pool_name: str) -> bool:
+    """Return whether the workload's tenant and project could start it in `pool_name` as far as rules and quotas go."""
     pool = state.pools[pool_name]
-    if pool.dedicated_tenant not in (None, workload.tenant):
+    if pool.cordoned or pool.dedicated_tenant not in (None, workload.tenant):
         return False
-    key = (pool_name, workload.tenant)
-    return key in state.tenant_limits and state.tenant_usage[key] + workload.total_gpus <= state.tenant_quota(key).limit
+    tenant = (pool_name, workload.tenant)
+    project = (pool_name, workload.tenant, workload.project)
+    gpus = workload.total_gpus
+    return (
+        tenant in state.tenant_limits
+        and state.tenant_usage.get(tenant, 0) + gpus <= state.tenant_quota(tenant).limit
+        and state.project_usage.get(project, 0) + gpus <= state.project_quota(project).limit
+    )

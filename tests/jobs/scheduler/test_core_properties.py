@@ -99,14 +99,52 @@ def check_invariants(before: Snapshot, decisions: Decisions) -> None:
         assert used <= limits.get(key, 0), f"{key} holds {used} GPUs over its limit"
 
 
+def check_hints(before: Snapshot, decisions: Decisions) -> None:
+    """Assert that every hint is true of the capacity and quotas the pass leaves (the layouts ask no CPU or memory)."""
+    pending = {w.id: w for w in before.pending}
+    preempted = {p.victim for p in decisions.preemptions}
+    holders = [w for w in before.running if w.id not in preempted] + [pending[i] for i in decisions.placements]
+    held = {u for w in holders for r in (decisions.placements.get(w.id) or w.allocation) for u in r.gpu_uuids}
+    usage: Counter[tuple[str, str]] = Counter()
+    for w in holders:
+        usage[(w.pool, w.tenant)] += w.total_gpus
+    limits = {(q.pool, q.tenant): q.limit for q in before.tenant_quotas}
+    pools = {p.name: p for p in before.pools}
+
+    def free(pool: str, w: Workload) -> list[int]:
+        return [
+            sum(1 for g in n.gpus if g.healthy and g.free and g.uuid not in held and g.model in (w.models or MODELS))
+            for n in before.nodes
+            if n.pool == pool and n.schedulable
+        ]
+
+    for wid, waiting in decisions.waiting.items():
+        w = pending[wid]
+        if waiting.hint is None:
+            continue
+        if waiting.hint.startswith("would start now in pool "):
+            pool = waiting.hint.removeprefix("would start now in pool ")
+            assert pool != w.pool and not pools[pool].cordoned
+            assert pools[pool].dedicated_tenant in (None, w.tenant)
+            assert usage[(pool, w.tenant)] + w.total_gpus <= limits[(pool, w.tenant)]
+            slots = free(pool, w)
+            assert slots and (not w.gpus or sum(f // w.gpus for f in slots) >= w.replicas)
+        else:
+            fewer = int(waiting.hint.removeprefix("would start now with ").split()[0])
+            assert w.replicas == 1 and 0 < fewer < w.gpus and max(free(w.pool, w)) == fewer
+
+
 @settings(max_examples=150, deadline=None)
 @given(clusters(), st.randoms(use_true_random=False))
 def test_two_passes_keep_every_invariant(first: Snapshot, rng: random.Random) -> None:
     decisions = schedule(first)
     check_invariants(first, decisions)
+    check_hints(first, decisions)
     arrivals = [replace(w, id=f"late-{w.id}", submitted_at=w.submitted_at + 100) for w in first.pending]
     second = apply(first, decisions, 5_000.0, rng.sample(arrivals, len(arrivals) // 2))
-    check_invariants(second, schedule(second))
+    decisions = schedule(second)
+    check_invariants(second, decisions)
+    check_hints(second, decisions)
 
 
 @settings(max_examples=100, deadline=None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -50,6 +50,27 @@ CASES = [
         BIG,
         [job("j1", gpus=2)],
         placed={"j1": ["n2"]},
+    ),
+    Case(
+        "best fit does not strand a GPU without the CPU to use it",
+        [node("n1", gpus=2, cpu=16_000), node("n2", gpus=4, used=1, cpu=64_000)],
+        BIG,
+        [job("j", cpu=12_000)],
+        placed={"j": ["n2"]},
+    ),
+    Case(
+        "work that can use stranded GPUs goes there first",
+        [node("n1", gpus=2, cpu=64_000), replace(node("n9", gpus=2, cpu=16_000), cpu_free_milli=8_000)],
+        BIG,
+        [job("j", gpus=2, cpu=4_000)],
+        placed={"j": ["n9"]},
+    ),
+    Case(
+        "CPU-only work does not take the CPU a free GPU needs",
+        [node("n1", gpus=2, used=1, cpu=16_000), node("n2", used=4, cpu=96_000)],
+        BIG,
+        [job("c", gpus=0, cpu=12_000)],
+        placed={"c": ["n2"]},
     ),
     Case(
         "spread takes the emptiest node",
@@ -310,11 +331,94 @@ def test_hint_names_fewer_gpus_that_would_start_now() -> None:
     assert decisions.waiting["j"].hint == "would start now with 3 GPUs"
 
 
-def test_hint_names_another_pool_that_would_start_it_now() -> None:
-    nodes = [node("n1", gpus=2), node("m1", pool="q")]
-    quotas = [quota("a", 0, 8), quota("a", 0, 8, pool="q")]
-    decisions = schedule(snapshot(nodes, quotas, [job("j", gpus=4)]))
-    assert decisions.waiting["j"].hint == "would start now in pool q"
+@dataclass
+class HintCase:
+    """A hint table row: pool p holds one 2-GPU A100 node; the layout adds pool q; `j` (tenant a) waits in p."""
+
+    name: str
+    hint: str | None
+    job: Workload = field(default_factory=lambda: job("j", gpus=4))
+    other: list[Node] = field(default_factory=lambda: [node("m1", pool="q")])
+    quotas: list[TenantQuota] = field(default_factory=lambda: [quota("a", 0, 8, pool="q")])
+    projects: list[ProjectQuota] = field(default_factory=list)
+    pools: list[Pool] = field(default_factory=lambda: [Pool("q")])
+    also_pending: list[Workload] = field(default_factory=list)
+    running_now: list[Workload] = field(default_factory=list)
+
+
+FEWER = "would start now with 2 GPUs"
+
+HINT_CASES = [
+    HintCase("another pool the tenant may use has room", "would start now in pool q"),
+    HintCase(
+        "a gang that fits the other pool only across its nodes",
+        "would start now in pool q",
+        job=job("j", gpus=8, replicas=2),
+        other=[node("m1", pool="q"), node("m2", pool="q")],
+        quotas=[quota("a", 0, 16, pool="q")],
+    ),
+    HintCase("the other pool is dedicated to another tenant", FEWER, pools=[Pool("q", dedicated_tenant="b")]),
+    HintCase("the other pool is cordoned", FEWER, pools=[Pool("q", cordoned=True)]),
+    HintCase("no tenant quota in the other pool", FEWER, quotas=[quota("b", 0, 8, pool="q")]),
+    HintCase("the tenant's limit there is too small", FEWER, quotas=[quota("a", 0, 2, pool="q")]),
+    HintCase(
+        "the project's limit there is too small",
+        FEWER,
+        projects=[project_quota("a", "a", 0, 2, pool="q")],
+    ),
+    HintCase(
+        "running work of the tenant there counts against its limit",
+        FEWER,
+        other=[node("m1", pool="q"), node("m2", pool="q")],
+        running_now=[running(job("r", pool="q", gpus=6), ("m2", tuple(range(6))))],
+    ),
+    HintCase(
+        "no GPU of an accepted model in the other pool",
+        FEWER,
+        job=job("j", gpus=4, models=("A100",)),
+        other=[node("m1", pool="q", model="T4")],
+    ),
+    HintCase(
+        "another model the workload accepts",
+        "would start now in pool q",
+        job=job("j", gpus=4, models=("A100", "T4")),
+        other=[node("m1", pool="q", model="T4")],
+    ),
+    HintCase(
+        "the other pool is full once this pass has placed its own work",
+        FEWER,
+        quotas=[quota("a", 0, 8, pool="q"), quota("b", 0, 8, pool="q")],
+        also_pending=[job("k", "b", pool="q", gpus=6)],
+    ),
+    HintCase(
+        "two replicas may share a node of the other pool",
+        "would start now in pool q",
+        job=job("j", gpus=4, replicas=2),
+    ),
+    HintCase(
+        "a gang is never told to shrink",
+        None,
+        job=job("j", gpus=4, replicas=2),
+        pools=[Pool("q", dedicated_tenant="b")],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", HINT_CASES, ids=[c.name for c in HINT_CASES])
+def test_hint(case: HintCase) -> None:
+    decisions = schedule(
+        snapshot(
+            [node("n1", gpus=2), *case.other],
+            [quota("a", 0, 16), *case.quotas],
+            [case.job, *case.also_pending],
+            running_now=case.running_now,
+            projects=case.projects,
+            pools=[Pool("p"), *case.pools],
+        )
+    )
+    assert set(decisions.placements) == {w.id for w in case.also_pending}
+    assert decisions.waiting["j"].reason in (Reason.NO_CAPACITY_FOR_MODEL, Reason.GANG_CANNOT_FIT)
+    assert decisions.waiting["j"].hint == case.hint
 
 
 def test_fair_shares_are_reported_per_pool_and_tenant() -> None:
