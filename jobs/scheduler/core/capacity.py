@@ -198,7 +198,7 @@ class PoolCapacity:
         """
         if self.spread:
             return self._find_spread(models, gpus, cpu, memory)
-        best = self._best_stranding(models, gpus, cpu, memory)
+        best = self._best_stranding(models, gpus, cpu, memory) if self.stranding else None
         if gpus == 0:
             return self._scan([(self.by_total.buckets, "")], 0, cpu, memory, best)
         return self._scan([(self.by_model[m].buckets, m) for m in models], gpus, cpu, memory, best)
@@ -229,21 +229,27 @@ class PoolCapacity:
         GPUs free cannot beat it: the scan usually ends at the first count.
         """
         nodes, stranding = self.nodes, self.stranding
+        # The best so far as plain locals: this loop runs for every replica placed.
+        found = best is not None
+        b_strands, b_left, b_number, b_model = best if best is not None else (0, 0, 0, "")
         for count in range(gpus, max((len(buckets) for buckets, _ in sources), default=0)):
             left = count - gpus
-            if best is not None and best[:2] < (0, left):
+            if found and (b_strands < 0 or (b_strands == 0 and b_left < left)):
                 break
             for buckets, model in sources:
-                for number in buckets[count] if count < len(buckets) else ():
-                    if best is not None and best[:3] <= (0, left, number):
+                if count >= len(buckets):
+                    continue
+                for number in buckets[count]:
+                    if found and b_strands <= 0 and (b_strands < 0 or b_left < left or b_number <= number):
                         break  # nothing further in this bucket scores better
                     node = nodes[number]
-                    if number in stranding or node.cpu < cpu or node.memory < memory:
+                    if node.cpu < cpu or node.memory < memory or number in stranding:
                         continue
-                    score = (self._strands(node, gpus, cpu, memory), left, number, model)
-                    if best is None or score < best:
-                        best = score
-        return None if best is None else (best[2], best[3])
+                    # The node strands nothing now, so what it would strand is the whole difference.
+                    strands = self._stranded(node.free_count - gpus, node.cpu - cpu, node.memory - memory)
+                    if not found or (strands, left, number, model) < (b_strands, b_left, b_number, b_model):
+                        found, b_strands, b_left, b_number, b_model = True, strands, left, number, model
+        return (b_number, b_model) if found else None
 
     def _strands(self, node: NodeState, gpus: int, cpu: int, memory: int) -> int:
         """Return how many more GPUs the node strands once the replica takes `gpus`, `cpu` and `memory` there."""
