@@ -53,7 +53,7 @@ class NodeState:
         self.memory = memory
         self.free = free
         self.models = models  # of its healthy GPUs, free or not
-        self.free_count = sum(len(gpus) for gpus in free.values())
+        self.free_count = sum(map(len, free.values()))
         self.stranded = 0  # free GPUs without the CPU or memory to use them (set by the pool)
 
     def free_total(self) -> int:
