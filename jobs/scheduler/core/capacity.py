@@ -266,8 +266,11 @@ class PoolCapacity:
         return gpus - slots
 
     def _restrand(self, node: NodeState) -> None:
-        node.stranded = self._stranded(node.free_count, node.cpu, node.memory)
-        if node.stranded:
+        stranded = self._stranded(node.free_count, node.cpu, node.memory)
+        if stranded == node.stranded:
+            return  # the common case after every take and give: nothing to move
+        node.stranded = stranded
+        if stranded:
             self.stranding.add(node.number)
         else:
             self.stranding.discard(node.number)
