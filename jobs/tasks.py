@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.utils import timezone
 
 from jobs.scheduler.shell import run_pass
@@ -55,12 +56,30 @@ def replica_exited(
     )
 
 
-@shared_task(name="jobs.ingest_logs", ignore_result=True)
-def ingest_logs(workload_id: int, attempt: int, replica: int, since: str, cursor: str, lines: list[list[str]]) -> int:
-    """Store one chained batch of a replica's output (a replayed batch is dropped)."""
-    return logs.ingest_log_batch(
-        workload_id=workload_id, attempt=attempt, replica=replica, since=since, cursor=cursor, lines=lines
-    )
+# A batch that does not continue its replica's chain is usually early, not a duplicate: the worker runs
+# several tasks at once, so the batch before it may be in another thread right now. It waits for it a
+# little in place (a broker round trip for a retry can take seconds), then through a few retries, before
+# it counts as a replay and is dropped.
+INGEST_WAIT_SECONDS = 3.0
+INGEST_RETRIES = 3
+
+
+@shared_task(name="jobs.ingest_logs", bind=True, ignore_result=True, max_retries=INGEST_RETRIES)
+def ingest_logs(
+    self: Task, workload_id: int, attempt: int, replica: int, since: str, cursor: str, lines: list[list[str]]
+) -> int:
+    """Store one chained batch of a replica's output; an out-of-order batch waits for its predecessor."""
+    deadline = time.monotonic() + INGEST_WAIT_SECONDS
+    while True:
+        stored = logs.ingest_log_batch(
+            workload_id=workload_id, attempt=attempt, replica=replica, since=since, cursor=cursor, lines=lines
+        )
+        if stored or not lines or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    if stored == 0 and lines and self.request.retries < INGEST_RETRIES:
+        raise self.retry(countdown=1.0)
+    return stored
 
 
 @shared_task(name="jobs.node_replicas", ignore_result=True)

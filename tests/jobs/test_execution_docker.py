@@ -108,10 +108,10 @@ def test_a_container_trapping_sigterm_gets_its_grace_period_and_one_ignoring_it_
     world: World, docker_agent: AgentConfig, test_image: str
 ) -> None:
     _world(world)
-    world.pool.stop_grace_seconds = 2
+    world.pool.stop_grace_seconds = 3
     world.pool.save()
     polite = _submit(
-        world, test_image, "trap 'echo cleaning up; sleep 1; exit 0' TERM; echo up; while true; do sleep 0.1; done"
+        world, test_image, "trap 'echo cleaning up; sleep 0.3; exit 0' TERM; echo up; while true; do sleep 0.1; done"
     )
     stubborn = _submit(world, test_image, "trap '' TERM; echo up; while true; do sleep 0.1; done", name="stubborn")
     run_pass()
@@ -127,8 +127,8 @@ def test_a_container_trapping_sigterm_gets_its_grace_period_and_one_ignoring_it_
     assert wait_until(lambda: exited(polite) is not None and exited(stubborn) is not None, timeout=30)
     assert exited(polite).exit_code == 0, "it finished its cleanup within the grace period"  # type: ignore[union-attr]
     assert exited(stubborn).exit_code == 137, "killed after the grace period"  # type: ignore[union-attr]
-    assert time.monotonic() - started >= 2, "the stubborn one had its 2 s before SIGKILL"
-    assert wait_until(lambda: "cleaning up" in _log_text(world, polite))
+    assert time.monotonic() - started >= 3, "the stubborn one had its 3 s before SIGKILL"
+    assert wait_until(lambda: "cleaning up" in _log_text(world, polite), timeout=30)
 
 
 def test_reconcile_stops_an_orphan_container_and_releases_a_dangling_allocation(

@@ -11,6 +11,7 @@ import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
+from gpucloud.celery import app
 from inventory.models import Node
 from jobs import selectors
 from jobs.choices import WorkloadState
@@ -21,6 +22,7 @@ from tenants.models import Tenant
 from tenants.scoping import tenant_scope
 from tests.conftest import World, client_for
 from tests.jobs.factories import add_node
+from tests.workers import running_worker, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -332,3 +334,17 @@ def test_retention_uses_the_tenants_period_else_the_platform_default(world: Worl
     assert list(LogChunk.all_tenants.filter(workload=ours).values_list("first_seq", flat=True)) == [11, 21, 31]
     assert list(LogChunk.all_tenants.filter(workload=theirs).values_list("first_seq", flat=True)) == [31]
     assert purge_expired_logs(now=now) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_that_arrives_before_its_predecessor_waits_for_it_through_the_worker(world: World) -> None:
+    workload = _running(world, replicas=1)
+    first = {"since": "", "cursor": "c1", "lines": _lines(2)}
+    second = {"since": "c1", "cursor": "c2", "lines": _lines(3, start=2)}
+    ids = {"workload_id": workload.pk, "attempt": 1, "replica": 0}
+    with running_worker(["control"], concurrency=2):
+        app.send_task("jobs.ingest_logs", kwargs={**ids, **second}, queue="control")
+        app.send_task("jobs.ingest_logs", kwargs={**ids, **first}, queue="control")
+        assert wait_until(lambda: _cursor(workload) == "c2", timeout=10)
+    assert [line[0] for line in _stored(workload)] == [1, 2, 3, 4, 5]
+    assert [line[3] for line in _stored(workload)] == [f"line {i}" for i in range(5)]
