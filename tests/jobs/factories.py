@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.contrib.auth.models import User
 
 from inventory.models import Gpu, Node
+from jobs.scheduler.shell import run_pass
 from tenants.context import Actor
 from tenants.models import Membership, Project, ProjectQuota
 from tests.conftest import World
@@ -47,3 +49,17 @@ def ready_world(world: World) -> World:
 def request(world: World, **overrides: Any) -> dict[str, Any]:
     """Return the service input of a 1-GPU batch job in the shared pool."""
     return {"name": "train", "image": "registry.example.com/team/train:1.0", "pool": world.pool, **overrides}
+
+
+def run_pass_now() -> None:
+    """Run a scheduling pass in this thread, waiting while one that a submission triggered holds the lock.
+
+    With a worker running, each submission asks for a pass on commit; the
+    trigger is debounced, so the worker's pass may have read the ledger
+    before the last submission committed. A pass run here afterwards
+    always sees it.
+    """
+    deadline = time.monotonic() + 30
+    while run_pass() is None:
+        assert time.monotonic() < deadline, "the scheduler lock stayed held for 30 s"
+        time.sleep(0.02)

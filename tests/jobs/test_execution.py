@@ -22,12 +22,11 @@ from inventory.models import Gpu, Node, agent_queue_for
 from jobs import services
 from jobs.choices import ReasonCode, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
-from jobs.scheduler.shell import run_pass
 from tenants.context import Actor
 from tenants.models import Project
 from tests.conftest import World
 from tests.inventory.factories import make_node
-from tests.jobs.factories import assign, give_quota
+from tests.jobs.factories import assign, give_quota, run_pass_now
 from tests.workers import running_worker, wait_until
 
 NODE = "exec-local"
@@ -87,7 +86,7 @@ def test_a_job_runs_and_its_exit_code_decides_its_state(world: World, agent: Age
     _world(world)
     ok = _submit(world, "import time; print('hello', flush=True); time.sleep(0.5)")
     bad = _submit(world, "import sys; print('oops', file=sys.stderr); sys.exit(3)", name="bad")
-    run_pass()
+    run_pass_now()
     ok = _reached(ok, WorkloadState.SUCCEEDED)
     bad = _reached(bad, WorkloadState.FAILED)
     assert (ok.exit_code, ok.reason_code) == (0, ReasonCode.EXITED)
@@ -120,7 +119,7 @@ def test_cancel_stops_a_running_job_with_sigterm_and_frees_its_gpus_after_it_exi
             time.sleep(0.05)
         """,
     )
-    run_pass()
+    run_pass_now()
     job = _reached(job, WorkloadState.RUNNING)
     assert _active_allocations(job) == 1
     cancelled = services.cancel_workload(actor=Actor(user=world.member_a), workload=job)
@@ -145,7 +144,7 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_pool_grace_period(wo
             time.sleep(0.05)
         """,
     )
-    run_pass()
+    run_pass_now()
     job = _reached(job, WorkloadState.RUNNING)
     services.cancel_workload(actor=Actor(user=world.member_a), workload=job)
     assert wait_until(lambda: _active_allocations(job) == 0, timeout=15)
@@ -179,7 +178,7 @@ else:
 def test_gang_replicas_get_torchrun_variables_and_reach_each_other(world: World, agent: AgentConfig) -> None:
     _world(world)
     gang = _submit(world, GANG_SCRIPT, replicas=2, gpus_per_replica=2)
-    run_pass()
+    run_pass_now()
     gang = _reached(gang, WorkloadState.SUCCEEDED, WorkloadState.FAILED)
     assert gang.state == WorkloadState.SUCCEEDED, gang.reason_message
     assert sorted(Replica.all_tenants.filter(workload=gang).values_list("index", "exit_code")) == [(0, 0), (1, 0)]
@@ -196,7 +195,7 @@ def test_one_failing_replica_stops_the_whole_gang(world: World, agent: AgentConf
         time.sleep(0.05)
     """
     gang = _submit(world, script, replicas=2)
-    run_pass()
+    run_pass_now()
     gang = _reached(gang, WorkloadState.FAILED)
     assert gang.exit_code == 7 and "Replica 1 exited with code 7" in gang.reason_message
     assert wait_until(lambda: _active_allocations(gang) == 0), "rank 0 is stopped and its GPU freed too"
@@ -207,11 +206,11 @@ def test_one_failing_replica_stops_the_whole_gang(world: World, agent: AgentConf
 def test_restart_runs_an_ended_job_again_as_a_new_attempt(world: World, agent: AgentConfig) -> None:
     _world(world)
     job = _submit(world, "import os, sys; sys.exit(0 if os.environ['GPUCLOUD_ATTEMPT'] == '2' else 1)")
-    run_pass()
+    run_pass_now()
     job = _reached(job, WorkloadState.FAILED)
     restarted = services.restart_workload(actor=Actor(user=world.member_a), workload=job)
     assert (restarted.state, restarted.attempt, restarted.reason_code) == ("pending", 2, ReasonCode.RESTARTED)
-    run_pass()
+    run_pass_now()
     job = _reached(job, WorkloadState.SUCCEEDED)
     assert Replica.all_tenants.filter(workload=job).count() == 2, "one replica row per attempt"
 
@@ -237,7 +236,7 @@ def test_reclaim_stops_the_borrower_politely_requeues_it_and_then_places_the_gua
     give_quota(world, gamma, guaranteed=4, limit=4)
     assign(world.member_a, gamma)
     borrower = _submit(world, TRAP_SCRIPT, name="borrower", gpus_per_replica=4)
-    run_pass()
+    run_pass_now()
     borrower = _reached(borrower, WorkloadState.RUNNING)
     owed = services.submit_workload(
         actor=Actor(user=world.member_a),
@@ -250,7 +249,7 @@ def test_reclaim_stops_the_borrower_politely_requeues_it_and_then_places_the_gua
             "command": [sys.executable, "-c", "print('mine now')"],
         },
     )
-    run_pass()
+    run_pass_now()
     preempted = Workload.all_tenants.get(pk=borrower.pk)
     assert preempted.state in (WorkloadState.PREEMPTED, WorkloadState.PENDING)
     assert preempted.reason_code == ReasonCode.RECLAIM_GUARANTEE
@@ -259,7 +258,7 @@ def test_reclaim_stops_the_borrower_politely_requeues_it_and_then_places_the_gua
     requeued = _reached(borrower, WorkloadState.PENDING)
     assert requeued.attempt == 2 and requeued.submitted_at == borrower.submitted_at, "keeps its place in order"
     assert Replica.all_tenants.get(workload=borrower, attempt=1).exit_code == 0, "it exited by its SIGTERM handler"
-    run_pass()
+    run_pass_now()
     assert _reached(owed, WorkloadState.SUCCEEDED).exit_code == 0
     kinds = list(WorkloadEvent.all_tenants.filter(workload_id=borrower.pk).values_list("to_state", flat=True))
     assert kinds[-2:] == ["preempted", "pending"]
@@ -276,7 +275,7 @@ def test_a_notebook_runs_only_once_jupyter_answers_with_its_session_secret(
         project=world.project_a,
         data={"name": "nb", "kind": "notebook", "image": "registry.example.com/jupyter:4", "pool": world.pool},
     )
-    run_pass()
+    run_pass_now()
     notebook = _reached(notebook, WorkloadState.RUNNING, timeout=60)
     replica = Replica.all_tenants.get(workload=notebook)
     assert replica.ready_at is not None and replica.endpoint.startswith("http://127.0.0.1:")

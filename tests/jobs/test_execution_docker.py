@@ -21,13 +21,12 @@ from inventory.models import Gpu, Node, NodeEvent, agent_queue_for
 from jobs import selectors, services
 from jobs.choices import ReasonCode, WorkloadState
 from jobs.models import Allocation, Replica, Workload, WorkloadEvent
-from jobs.scheduler.shell import run_pass
 from jobs.services import reconcile
 from tenants.context import Actor
 from tenants.scoping import tenant_scope
 from tests.conftest import World
 from tests.inventory.factories import make_node
-from tests.jobs.factories import assign, give_quota
+from tests.jobs.factories import assign, give_quota, run_pass_now
 from tests.jobs.test_proxy import browser, console  # noqa: F401 -- the console under uvicorn, as a fixture
 from tests.workers import running_worker, wait_until
 
@@ -93,7 +92,7 @@ def test_a_container_job_runs_its_logs_arrive_and_exit_codes_map_to_states(
     _world(world)
     failing = _submit(world, test_image, "echo to stdout; echo to stderr >&2; exit 3")
     passing = _submit(world, test_image, "for i in 1 2 3; do echo line $i; done", name="ok")
-    run_pass()
+    run_pass_now()
     failing = _reached(failing, WorkloadState.FAILED)
     passing = _reached(passing, WorkloadState.SUCCEEDED)
     assert (failing.exit_code, failing.reason_code) == (3, ReasonCode.EXIT_NONZERO)
@@ -114,7 +113,7 @@ def test_a_container_trapping_sigterm_gets_its_grace_period_and_one_ignoring_it_
         world, test_image, "trap 'echo cleaning up; sleep 0.3; exit 0' TERM; echo up; while true; do sleep 0.1; done"
     )
     stubborn = _submit(world, test_image, "trap '' TERM; echo up; while true; do sleep 0.1; done", name="stubborn")
-    run_pass()
+    run_pass_now()
     for workload in (polite, stubborn):
         _reached(workload, WorkloadState.RUNNING)
     started = time.monotonic()
@@ -146,7 +145,7 @@ def test_reconcile_stops_an_orphan_container_and_releases_a_dangling_allocation(
     )
     runtime.start(orphan)
     job = _submit(world, test_image, "echo done")
-    run_pass()
+    run_pass_now()
     job = _reached(job, WorkloadState.SUCCEEDED)
     # A crash left the job's allocation behind: reconcile releases it.
     Allocation.all_tenants.filter(workload=job).update(released_at=None)
@@ -176,7 +175,7 @@ def test_a_container_serving_http_is_reached_through_the_console_proxy_by_its_ow
     _world(world)
     # A notebook image of its own: busybox httpd stands in for Jupyter (same base URL, port and status URL).
     served = _submit(world, test_image, HTTPD, kind="notebook", name="httpd")
-    run_pass()
+    run_pass_now()
     served = _reached(served, WorkloadState.RUNNING)
     path = f"/notebooks/{served.pk}/index.html"
     with browser(console, world.member_a) as owner:
