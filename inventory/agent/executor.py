@@ -28,6 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,8 +93,10 @@ class ReplicaRef:
 class Executor:
     """Drives the runtimes of the nodes whose messages this process receives (one node, or simulated ones)."""
 
-    def __init__(self, config: AgentConfig | None = None) -> None:
+    def __init__(self, config: AgentConfig | None = None, *, send: Callable[..., None] | None = None) -> None:
         self._config = config
+        # Where reports go: the controller's queue; tests inject a transport that loses them (a crashed agent).
+        self.report: Callable[..., None] = send or report
         self._runtimes: dict[tuple[str, str], Runtime] = {}
         self._watchers: dict[str, threading.Thread] = {}
         self._stopped: OrderedDict[str, None] = OrderedDict()
@@ -122,7 +125,7 @@ class Executor:
         """Start (or adopt) the replica `spec` describes, report it, and watch it until it ends."""
         ref = ReplicaRef.from_message(spec)
         if self._was_stopped(ref.name):
-            report("jobs.replica_exited", **ref.ids(), exit_code=None, message="Stopped before it started.")
+            self.report("jobs.replica_exited", **ref.ids(), exit_code=None, message="Stopped before it started.")
             return
         try:
             handle = self.runtime(ref.runtime, ref.node).start(driver_spec(spec), timeout=START_TIMEOUT)
@@ -130,7 +133,7 @@ class Executor:
             # A permanent refusal (bad image, refused spec) will not improve; a transient one already
             # waited its timeout. Either way the controller decides (fail the gang), not a retry loop here.
             log.warning("starting %s failed: %s", ref.name, error, exc_info=not isinstance(error, DriverError))
-            report("jobs.replica_exited", **ref.ids(), exit_code=None, message=str(error), launch_failed=True)
+            self.report("jobs.replica_exited", **ref.ids(), exit_code=None, message=str(error), launch_failed=True)
             return
         self.watch_handle(
             ref, handle, log_cursor="", ready_path=spec.get("ready_path") or "", secret=spec.get("secret") or ""
@@ -159,7 +162,7 @@ class Executor:
             watcher = _Watcher(self, ref, handle, log_cursor, ready_path, secret)
             thread = threading.Thread(target=watcher.run, name=f"watch-{ref.name}", daemon=True)
             self._watchers[ref.name] = thread
-        report("jobs.replica_started", **ref.ids(), handle=handle, endpoint=str(handle.get("endpoint") or ""))
+        self.report("jobs.replica_started", **ref.ids(), handle=handle, endpoint=str(handle.get("endpoint") or ""))
         thread.start()
 
     # --- stop ------------------------------------------------------------------
@@ -171,13 +174,15 @@ class Executor:
         runtime = self.runtime(ref.runtime, ref.node)
         handle = message.get("handle") or self._find(runtime, ref.name)
         if not handle:
-            report("jobs.replica_exited", **ref.ids(), exit_code=None, message="It was not running on the node.")
+            self.report("jobs.replica_exited", **ref.ids(), exit_code=None, message="It was not running on the node.")
             return
         status = runtime.stop(handle, grace_seconds=float(message.get("grace_seconds", 30)), timeout=CALL_TIMEOUT)
         watcher = self._watchers.get(ref.name)
         if watcher is not None and watcher.is_alive():
             watcher.join(timeout=10)  # lets the watcher ship the last lines and report the exit itself
-        report("jobs.replica_exited", **ref.ids(), exit_code=status.exit_code, message=status.message or "Stopped.")
+        self.report(
+            "jobs.replica_exited", **ref.ids(), exit_code=status.exit_code, message=status.message or "Stopped."
+        )
         if message.get("remove") and isinstance(runtime, RemovableRuntime):
             runtime.remove(handle, timeout=CALL_TIMEOUT)
 
@@ -260,7 +265,7 @@ class _Watcher:
             return  # reconcile watches it again
         if status.state in ("exited", "missing"):
             message = "" if status.state == "exited" else "Its container is gone."
-            report(
+            self.executor.report(
                 "jobs.replica_exited", **self.ref.ids(), exit_code=status.exit_code, message=status.message or message
             )
 
@@ -307,7 +312,7 @@ class _Watcher:
 
     def _send(self, batch: list[tuple[str, str, str, str]]) -> None:
         since, self.cursor = self.cursor, batch[-1][3]
-        report(
+        self.executor.report(
             "jobs.ingest_logs",
             **self.ref.ids(),
             since=since,
@@ -324,7 +329,7 @@ class _Watcher:
             try:
                 with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310 -- our own endpoint
                     if response.status == 200:
-                        report("jobs.replica_ready", **self.ref.ids())
+                        self.executor.report("jobs.replica_ready", **self.ref.ids())
                         return
             except (urllib.error.URLError, OSError, ValueError):
                 pass

@@ -7,7 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from inventory.agent.config import active_config
-from inventory.agent.executor import executor, report
+from inventory.agent.executor import executor
 from inventory.agent.probe import probe_node as run_probe
 
 
@@ -38,4 +38,5 @@ def watch_replica(**message: Any) -> None:
 @shared_task(name="agent.list_replicas", ignore_result=True)
 def list_replicas(node: str, runtime: str) -> None:
     """Report every replica this node's runtime manages, for reconcile."""
-    report("jobs.node_replicas", node=node, managed=executor().inventory(node=node, runtime=runtime))
+    agent = executor()
+    agent.report("jobs.node_replicas", node=node, managed=agent.inventory(node=node, runtime=runtime))

@@ -19,11 +19,13 @@ import pytest
 from inventory.agent import executor as executor_module
 from inventory.agent.config import AgentConfig, activate
 from inventory.models import Gpu, Node, agent_queue_for
-from jobs import services
+from jobs import selectors, services
 from jobs.choices import ReasonCode, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
+from jobs.services import reconcile
 from tenants.context import Actor
 from tenants.models import Project
+from tenants.scoping import tenant_scope
 from tests.conftest import World
 from tests.inventory.factories import make_node
 from tests.jobs.factories import assign, give_quota, run_pass_now
@@ -288,3 +290,23 @@ def test_a_notebook_runs_only_once_jupyter_answers_with_its_session_secret(
     assert wait_until(lambda: _active_allocations(notebook) == 0, timeout=30)
     with pytest.raises(httpx.TransportError):
         httpx.get(status_url, headers={"Authorization": f"token {secret}"}, timeout=2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_output_survives_an_agent_that_dies_mid_run_without_a_gap_or_a_duplicate(
+    world: World, agent: AgentConfig
+) -> None:
+    _world(world)
+    job = _submit(world, "import time\nfor i in range(60):\n    print(f'line {i}', flush=True)\n    time.sleep(0.05)")
+    run_pass_now()
+    job = _reached(job, WorkloadState.RUNNING)
+    assert wait_until(lambda: Workload.all_tenants.get(pk=job.pk).log_seq >= 10)
+    # The agent dies: whatever its threads still send is lost. The process keeps running on the node.
+    executor_module._executor.report = lambda *args, **kwargs: None  # type: ignore[union-attr]
+    executor_module._executor = executor_module.Executor(agent)
+    # Reconcile asks the node what it runs; the new agent resumes the output at the ledger's cursor.
+    reconcile.request_node_inventories()
+    job = _reached(job, WorkloadState.SUCCEEDED)
+    with tenant_scope(world.tenant_a):
+        texts = [line["text"] for line in selectors.iter_log_lines(job)]
+    assert texts == [f"line {i}" for i in range(60)]
