@@ -272,9 +272,10 @@ def workload(request: HttpRequest, page: Page, pk: int) -> HttpResponse:
         # Show the state that made the service refuse, not the one the stale page was drawn from.
         current = selectors.workload_in_scope(pk) or found
         return _workload_page(request, page, current, refusal=error.message, status=409)
-    except (PermissionDenied, ValidationError) as error:
-        refusal = message_of(error) if isinstance(error, ValidationError) else str(error)
-        return _workload_page(request, page, found, refusal=refusal, status=403)
+    except ValidationError as error:  # a rule that applies again on restart (quota, counts, images)
+        return _workload_page(request, page, found, refusal=message_of(error), status=400)
+    except PermissionDenied as error:
+        return _workload_page(request, page, found, refusal=str(error), status=403)
     messages.success(request, f"Workload {found.name} {action.done}.")
     return again(request)
 

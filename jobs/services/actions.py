@@ -14,7 +14,10 @@ from django.utils import timezone
 from gpucloud.errors import Conflict
 from jobs.choices import ACTIVE_STATES, TERMINAL_STATES, ReasonCode, WorkloadState
 from jobs.models import Allocation, Workload
+from jobs.services import images
+from jobs.services import quota_rules as rules
 from jobs.services.lifecycle import transition_workload
+from jobs.services.spec import WorkloadSpec
 from jobs.services.stopping import stop_workload
 from jobs.triggers import request_scheduling_pass
 from tenants.choices import Role
@@ -36,6 +39,25 @@ def _require_actor(actor: Actor, workload: Workload) -> None:
     role = require_role(actor, workload.tenant, Role.MEMBER)
     if not role.at_least(Role.ADMIN) and (actor.user is None or workload.owner_id != actor.user.pk):
         raise PermissionDenied("Members can act only on their own workloads.")
+
+
+def _check_rules_again(workload: Workload) -> None:
+    """Apply the submission rules that may have changed since: allowed images, the quota, count limits.
+
+    Raises ValidationError naming the field and rule, as a submission would.
+    """
+    spec = WorkloadSpec(
+        name=workload.name,
+        image=workload.image,
+        pool=workload.pool,
+        kind=workload.kind,
+        gpus_per_replica=workload.gpus_per_replica,
+        replicas=workload.replicas,
+    )
+    images.check_images([spec], workload.tenant_id, bulk=False)
+    limits = rules.lock_limits(workload.project, [workload.pool])
+    rules.check_gpu_limits([spec], limits, workload.project, bulk=False)
+    rules.check_counts([spec], limits, workload.project, workload.owner)
 
 
 def _illegal(current: Workload, requested: WorkloadState, rule: str) -> Conflict:
@@ -88,8 +110,11 @@ def cancel_workload(*, actor: Actor, workload: Workload) -> Workload:
 def restart_workload(*, actor: Actor, workload: Workload) -> Workload:
     """Queue an ended workload again as a new attempt (same spec, a new place in the queue); return it reloaded.
 
-    Raises PermissionDenied, Http404, or Conflict: `illegal_transition` when
-    it has not ended, `still_stopping` while its last attempt still holds GPUs.
+    The submission rules that can change meanwhile apply again (allowed
+    images, the project's quota and count limits). Raises PermissionDenied,
+    Http404, ValidationError (a rule, as at submission), or Conflict:
+    `illegal_transition` when it has not ended, `still_stopping` while its
+    last attempt still holds GPUs.
     """
     _require_actor(actor, workload)
     if Allocation.all_tenants.filter(workload_id=workload.pk, released_at__isnull=True).exists():
@@ -97,6 +122,7 @@ def restart_workload(*, actor: Actor, workload: Workload) -> Workload:
             f"Workload {workload.name} is still stopping; restart it once its GPUs are released.",
             code="still_stopping",
         )
+    _check_rules_again(workload)
     before = workload.state
     now = timezone.now()
     moved = transition_workload(

@@ -11,17 +11,19 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from inventory.choices import NodeState
 from inventory.models import Node, NodeEvent
 from jobs import services
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
-from jobs.models import Allocation, Replica, ReplicaState, Workload
+from jobs.models import Allocation, AllowedImage, Replica, ReplicaState, Workload
 from jobs.scheduler.shell import run_pass
 from jobs.services import reconcile, replicas, watchdog
 from jobs.services.execution import launch_workload
 from tenants.context import Actor
+from tenants.models import ProjectQuota
 from tests.conftest import World
 from tests.jobs.factories import ready_world, request
 
@@ -164,3 +166,22 @@ def test_reconcile_rewatches_replicas_that_run_on_both_sides(world: World) -> No
     assert reconcile.reconcile_node(node="n1", managed=managed) == {"orphans": 0, "vanished": 0, "watched": 1}
     job.refresh_from_db()
     assert job.state == WorkloadState.RUNNING
+
+
+def test_restart_applies_the_count_limits_and_allowed_images_again(world: World) -> None:
+    _ready(world)
+    member = Actor(user=world.member_a)
+    first = services.submit_workload(actor=member, project=world.project_a, data=request(world))
+    services.cancel_workload(actor=member, workload=first)
+    ProjectQuota.all_tenants.filter(project=world.project_a).update(max_pending_workloads=1)
+    services.submit_workload(actor=member, project=world.project_a, data=request(world, name="second"))
+    with pytest.raises(ValidationError) as refused:
+        services.restart_workload(actor=member, workload=first)
+    assert refused.value.error_dict["project"][0].code == "max_pending_workloads"
+    ProjectQuota.all_tenants.filter(project=world.project_a).update(max_pending_workloads=None)
+    AllowedImage.objects.create(pattern="registry.example.com/other/*")
+    with pytest.raises(ValidationError) as refused:
+        services.restart_workload(actor=member, workload=first)
+    assert refused.value.error_dict["image"][0].code == "image_not_allowed"
+    first.refresh_from_db()
+    assert (first.state, first.attempt) == (WorkloadState.CANCELLED, 1), "nothing was written"
