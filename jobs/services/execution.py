@@ -30,7 +30,6 @@ from jobs.services.lifecycle import transition_workload
 
 # torchrun's default rendezvous port; each container has its own network namespace.
 MASTER_PORT = 29500
-NOTEBOOK_PORT = 8888
 # Process-runtime gangs share the host's ports: each workload gets its own from this range.
 _PROCESS_PORT_BASE, _PROCESS_PORT_SPAN = 20000, 20000
 

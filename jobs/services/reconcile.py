@@ -29,7 +29,7 @@ from inventory.choices import NodeState
 from inventory.models import Node, NodeEvent
 from jobs import dispatch
 from jobs.choices import ACTIVE_STATES, WorkloadKind
-from jobs.models import Replica, ReplicaState
+from jobs.models import Replica, ReplicaState, Workload
 from jobs.services.replicas import record_replica_exited
 from jobs.services.stopping import (
     LIVE_REPLICA_STATES,
@@ -55,7 +55,7 @@ def reconcile_ledger(*, now: datetime | None = None) -> dict[str, int]:
     resent = 0
     for workload in stale_stops(now=moment):
         resent += request_replica_stops(workload)
-        type(workload).all_tenants.filter(pk=workload.pk).update(stop_requested_at=moment)
+        Workload.all_tenants.filter(pk=workload.pk).update(stop_requested_at=moment)
     return {"released": settled, "stops_resent": resent}
 
 
