@@ -15,7 +15,7 @@ from inventory.choices import GpuHealth, NodeState
 from inventory.models import Gpu
 from jobs.choices import WorkloadState
 from jobs.models import Allocation, Workload, WorkloadEvent
-from jobs.scheduler import shell
+from jobs.scheduler import commit, shell
 from jobs.scheduler.core import Reason
 from tenants.context import Actor
 from tenants.models import Project, ProjectQuota, TenantQuota
@@ -189,7 +189,7 @@ def test_a_pass_that_fails_mid_commit_leaves_nothing_behind(world: World, monkey
     def crash(*args: Any) -> None:
         raise RuntimeError("controller killed")
 
-    monkeypatch.setattr(shell, "_record_waiting", crash)
+    monkeypatch.setattr(commit, "_record_waiting", crash)
     with pytest.raises(RuntimeError):
         shell.run_pass()
     assert _state(job) == WorkloadState.PENDING

@@ -1,0 +1,241 @@
+"""Committing a pass's decisions: preemptions, placements and reasons, with compare-and-swap state changes.
+
+Runs inside the pass's transaction (`jobs.scheduler.shell.run_pass`):
+preemptions first (a victim that runs is handed to execution to stop with
+its grace period; one that never launched is released and requeued at
+once), then placements (rows locked and re-checked, allocations written —
+the partial unique index makes a double allocation a database error —
+and launches enqueued on commit), then the reasons and queue positions of
+the workloads left waiting, written only where they changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import connection
+from django.db.models import F
+
+from jobs import dispatch
+from jobs.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
+from jobs.models import Allocation, Replica, Workload, WorkloadEvent
+from jobs.scheduler import core
+from jobs.scheduler.snapshot import Ledger, Row
+from jobs.services.stopping import LIVE_REPLICA_STATES, request_replica_stops
+
+
+@dataclass
+class PassResult:
+    """What one committed pass did: counts, and how long its phases took in seconds."""
+
+    placed: int = 0
+    preempted: int = 0
+    waiting: int = 0
+    skipped: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def commit(decisions: core.Decisions, ledger: Ledger, now: datetime, result: PassResult) -> None:
+    held = _preempt(decisions.preemptions, ledger, now, result)
+    _place(decisions.placements, ledger, now, result, held)
+    _record_waiting(decisions.waiting, ledger, result)
+
+
+def _preempt(preemptions: tuple[core.Preemption, ...], ledger: Ledger, now: datetime, result: PassResult) -> set[str]:
+    """Preempt the victims; return the UUIDs of GPUs they hold until their nodes confirm they stopped.
+
+    A victim with replicas launched is marked preempted and handed to
+    execution, which stops it with its grace period and releases its GPUs
+    (and requeues a batch job) once the node confirms. A victim that never
+    launched has nothing to stop: its GPUs are released and a batch job is
+    requeued at once. Either way a requeued job keeps its submission time,
+    so it keeps its place in order. Notebooks are not restarted behind
+    their owner's back: they end preempted.
+    """
+    if not preemptions:
+        return set()
+    victims = _lock_in_state([int(p.victim) for p in preemptions], ACTIVE_STATES)
+    stopping = set(
+        Replica.all_tenants.filter(
+            workload_id__in=victims, attempt=F("workload__attempt"), state__in=LIVE_REPLICA_STATES
+        ).values_list("workload_id", flat=True)
+    )
+    held = set(
+        Allocation.all_tenants.filter(
+            workload_id__in=stopping, released_at__isnull=True, gpu__isnull=False
+        ).values_list("gpu__uuid", flat=True)
+    )
+    Allocation.all_tenants.filter(workload_id__in=victims - stopping, released_at__isnull=True).update(released_at=now)
+    events: list[WorkloadEvent] = []
+    for preemption in preemptions:
+        if int(preemption.victim) not in victims:
+            result.skipped += 1
+            continue
+        row = ledger.workloads[preemption.victim]
+        events += _requeue_or_end(row, preemption, now, stopping=row["id"] in stopping)
+        result.preempted += 1
+    WorkloadEvent.all_tenants.bulk_create(events)
+    for workload in Workload.all_tenants.select_related("pool").filter(pk__in=stopping):
+        request_replica_stops(workload)
+    return held
+
+
+def _requeue_or_end(row: Row, preemption: core.Preemption, now: datetime, *, stopping: bool) -> list[WorkloadEvent]:
+    code, message = preemption.reason.value, _preemption_message(preemption)
+    preempted = _event(row, row["state"], WorkloadState.PREEMPTED, code, message, now)
+    victim = Workload.all_tenants.filter(pk=row["id"])
+    if stopping or row["kind"] != WorkloadKind.JOB:
+        victim.update(
+            state=WorkloadState.PREEMPTED,
+            reason_code=code,
+            reason_message=message,
+            finished_at=now,
+            stop_requested_at=now if stopping else None,
+        )
+        return [preempted]
+    victim.update(
+        state=WorkloadState.PENDING,
+        attempt=F("attempt") + 1,
+        reason_code=code,
+        reason_message=message,
+        reason_hint="",
+        queue_position=None,
+        scheduled_at=None,
+        started_at=None,
+    )
+    requeued = _event(row, WorkloadState.PREEMPTED, WorkloadState.PENDING, code, "Requeued after preemption.", now)
+    return [preempted, requeued]
+
+
+def _preemption_message(preemption: core.Preemption) -> str:
+    if preemption.reason is core.Reason.PRIORITY:
+        return f"Preempted for higher-priority work in the same project (workload {preemption.for_workload})."
+    return (
+        "Preempted: it ran on borrowed GPUs, and another project needed them back for work "
+        f"within its guarantee (workload {preemption.for_workload})."
+    )
+
+
+def _lock_in_state(ids: list[int], states: Iterable[str]) -> set[int]:
+    """Lock the rows of `ids` and return those still in one of `states` (the compare of compare-and-swap)."""
+    return set(
+        Workload.all_tenants.select_for_update().filter(pk__in=ids, state__in=list(states)).values_list("pk", flat=True)
+    )
+
+
+def _place(
+    placements: Mapping[str, tuple[core.ReplicaAllocation, ...]],
+    ledger: Ledger,
+    now: datetime,
+    result: PassResult,
+    held: set[str],
+) -> None:
+    """Move placed workloads from pending to scheduled, record their allocations, and launch them on commit.
+
+    A workload that left `pending` since the snapshot (cancelled) is skipped;
+    so is one placed on GPUs that preempted work still holds while it stops
+    (a later pass places it once they are released). Skipped capacity is
+    simply unused until the next pass.
+    """
+    if not placements:
+        return
+    ready = [
+        int(key)
+        for key, replicas in placements.items()
+        if not any(uuid in held for replica in replicas for uuid in replica.gpu_uuids)
+    ]
+    placed = _lock_in_state(ready, [WorkloadState.PENDING])
+    result.skipped += len(placements) - len(placed)
+    Workload.all_tenants.filter(pk__in=placed).update(
+        state=WorkloadState.SCHEDULED,
+        scheduled_at=now,
+        reason_code="",
+        reason_message="",
+        reason_hint="",
+        queue_position=None,
+    )
+    allocations: list[Allocation] = []
+    events: list[WorkloadEvent] = []
+    for key, replicas in sorted(placements.items(), key=lambda item: int(item[0])):
+        row = ledger.workloads[key]
+        if row["id"] not in placed:
+            continue
+        allocations += _allocations(row, replicas, ledger, now)
+        events.append(_event(row, WorkloadState.PENDING, WorkloadState.SCHEDULED, "", _placed_message(replicas), now))
+    Allocation.all_tenants.bulk_create(allocations, batch_size=1000)
+    WorkloadEvent.all_tenants.bulk_create(events, batch_size=1000)
+    result.placed = len(placed)
+    dispatch.launch_on_commit(placed)
+
+
+def _allocations(
+    row: Row, replicas: tuple[core.ReplicaAllocation, ...], ledger: Ledger, now: datetime
+) -> list[Allocation]:
+    made = []
+    for replica, placement in enumerate(replicas):
+        node_id = ledger.node_ids[placement.node]
+        # A CPU-only replica still records where it runs, with no GPU.
+        gpu_ids: list[int | None] = [ledger.gpu_ids[uuid] for uuid in placement.gpu_uuids] or [None]
+        made += [
+            Allocation(
+                workload_id=row["id"],
+                tenant_id=row["tenant_id"],
+                replica=replica,
+                node_id=node_id,
+                gpu_id=gpu_id,
+                created_at=now,
+            )
+            for gpu_id in gpu_ids
+        ]
+    return made
+
+
+def _placed_message(replicas: tuple[core.ReplicaAllocation, ...]) -> str:
+    where = ", ".join(f"{r.node} ({len(r.gpu_uuids)} GPU{'s' if len(r.gpu_uuids) != 1 else ''})" for r in replicas)
+    return f"Scheduled on {where}."
+
+
+def _record_waiting(waiting: Mapping[str, core.Waiting], ledger: Ledger, result: PassResult) -> None:
+    """Write reason, message, hint and queue position of each waiting workload whose values changed.
+
+    Only pending rows are touched (`state` is part of the WHERE), so a
+    workload cancelled meanwhile keeps its own reason.
+    """
+    rows = []
+    for key, verdict in waiting.items():
+        current = ledger.workloads[key]
+        values = (verdict.reason.value, verdict.message, verdict.hint or "", verdict.position)
+        if values != (
+            current["reason_code"],
+            current["reason_message"],
+            current["reason_hint"],
+            current["queue_position"],
+        ):
+            rows.append((*values, current["id"]))
+    result.waiting = len(waiting)
+    if not rows:
+        return
+    table = connection.ops.quote_name(Workload._meta.db_table)
+    # The only interpolated part is the model's own table name, quoted by the backend; executemany is
+    # pipelined by the driver, where bulk_update would build a CASE expression per row and field.
+    sql = (
+        f"UPDATE {table} SET reason_code = %s, reason_message = %s, reason_hint = %s, queue_position = %s "  # noqa: S608
+        "WHERE id = %s AND state = 'pending'"
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+
+
+def _event(row: Row, from_state: str, to_state: str, reason_code: str, message: str, now: datetime) -> WorkloadEvent:
+    return WorkloadEvent(
+        workload_id=row["id"],
+        tenant_id=row["tenant_id"],
+        kind="workload.state_changed",
+        from_state=from_state,
+        to_state=to_state,
+        reason_code=reason_code,
+        message=message,
+        created_at=now,
+    )

@@ -1,0 +1,245 @@
+"""The scheduler's snapshot: the ledger read in a fixed number of set-based queries, whatever its size.
+
+`build_snapshot` returns the pure core's `Snapshot` and a `Ledger` of the
+ids and current values the commit needs (`jobs.scheduler.commit`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from inventory.choices import GpuHealth, NodeState
+from inventory.models import Gpu, Node, NodePool
+from jobs.choices import ACTIVE_STATES, PRIORITY_VALUES, WorkloadState
+from jobs.models import Allocation, Workload
+from jobs.scheduler import core
+from tenants.models import ProjectQuota, TenantQuota
+
+# One row of a `.values()` query: read-only, keyed by field name.
+Row = Mapping[str, Any]
+
+# GPUs that failed or vanished are never offered to the scheduler; degraded ones still are.
+_UNUSABLE_HEALTH = {GpuHealth.FAILED}
+# Nodes that never served or never will again: not part of the snapshot at all.
+_NOT_IN_SERVICE = [NodeState.REGISTERED, NodeState.PROVISIONING, NodeState.FAILED, NodeState.RETIRED]
+
+
+@dataclass
+class Ledger:
+    """What the snapshot was built from, kept to commit the decisions: ids and current values by workload."""
+
+    workloads: dict[str, Row] = field(default_factory=dict)
+    node_ids: dict[str, int] = field(default_factory=dict)
+    gpu_ids: dict[str, int] = field(default_factory=dict)
+
+
+def build_snapshot(*, now: datetime, config: core.SchedulerConfig) -> tuple[core.Snapshot, Ledger]:
+    """Return the snapshot of the ledger at `now`, and the ids the commit needs; seven queries in all."""
+    ledger = Ledger()
+    pools = list(NodePool.objects.values("id", "name", "placement_policy", "dedicated_tenant__slug"))
+    pool_names = {pool["id"]: pool["name"] for pool in pools}
+    workloads = _workload_rows()
+    allocations = _active_allocations()
+    nodes = _nodes(pool_names, workloads, allocations, ledger)
+    with_nodes = {node.pool for node in nodes}
+    in_service = {node.pool for node in nodes if node.schedulable}
+    pending, running = _workloads(workloads, allocations, pool_names, ledger)
+    snapshot = core.Snapshot(
+        now=now.timestamp(),
+        pools=tuple(_pool(pool, with_nodes, in_service) for pool in pools),
+        nodes=tuple(nodes),
+        tenant_quotas=_tenant_quotas(pool_names),
+        project_quotas=_project_quotas(pool_names),
+        running=tuple(running),
+        pending=tuple(pending),
+        config=config,
+    )
+    return snapshot, ledger
+
+
+def _pool(row: Row, with_nodes: set[str], in_service: set[str]) -> core.Pool:
+    # A pool whose every node is out of service (cordoned, draining, ...) is reported as cordoned.
+    return core.Pool(
+        name=row["name"],
+        policy=core.PlacementPolicy(row["placement_policy"]),
+        dedicated_tenant=row["dedicated_tenant__slug"],
+        cordoned=row["name"] in with_nodes and row["name"] not in in_service,
+    )
+
+
+def _workload_rows() -> list[Row]:
+    states = [WorkloadState.PENDING, *ACTIVE_STATES]
+    return list(
+        Workload.all_tenants.filter(state__in=states)
+        .order_by("id")
+        .values(
+            "id",
+            "tenant_id",
+            "tenant__slug",
+            "project__slug",
+            "pool_id",
+            "kind",
+            "state",
+            "priority_class",
+            "gpus_per_replica",
+            "replicas",
+            "gpu_models",
+            "cpu_milli",
+            "memory_mib",
+            "submitted_at",
+            "started_at",
+            "scheduled_at",
+            "reason_code",
+            "reason_message",
+            "reason_hint",
+            "queue_position",
+        )
+    )
+
+
+def _active_allocations() -> list[Row]:
+    return list(
+        Allocation.all_tenants.filter(released_at__isnull=True)
+        .order_by("workload_id", "replica", "id")
+        .values("workload_id", "replica", "node_id", "gpu_id", "gpu__uuid")
+    )
+
+
+def _nodes(
+    pool_names: dict[int, str],
+    workloads: list[Row],
+    allocations: list[Row],
+    ledger: Ledger,
+) -> list[core.Node]:
+    """Return every node in service with what is free on it: GPUs not held, CPU and memory not reserved."""
+    rows = list(
+        Node.objects.exclude(state__in=_NOT_IN_SERVICE)
+        .order_by("name")
+        .values("id", "name", "pool_id", "state", "cpu_cores", "memory_mb")
+    )
+    gpus_by_node: dict[int, list[Row]] = defaultdict(list)
+    for found in (
+        Gpu.objects.filter(node_id__in=[row["id"] for row in rows])
+        .order_by("node_id", "index")
+        .values("id", "node_id", "uuid", "index", "model", "health", "present")
+    ):
+        gpus_by_node[found["node_id"]].append(found)
+    held = {allocation["gpu_id"] for allocation in allocations if allocation["gpu_id"] is not None}
+    cpu_used, memory_used = _reserved(workloads, allocations)
+    nodes = []
+    for row in rows:
+        ledger.node_ids[row["name"]] = row["id"]
+        gpus = []
+        for gpu in gpus_by_node[row["id"]]:
+            ledger.gpu_ids[gpu["uuid"]] = gpu["id"]
+            healthy = gpu["present"] and gpu["health"] not in _UNUSABLE_HEALTH
+            gpus.append(core.Gpu(gpu["uuid"], gpu["index"], gpu["model"], healthy, gpu["id"] not in held))
+        cpu, memory = row["cpu_cores"] * 1000, row["memory_mb"]
+        nodes.append(
+            core.Node(
+                name=row["name"],
+                pool=pool_names[row["pool_id"]],
+                cpu_milli=cpu,
+                memory_mib=memory,
+                cpu_free_milli=max(0, cpu - cpu_used[row["id"]]),
+                memory_free_mib=max(0, memory - memory_used[row["id"]]),
+                gpus=tuple(gpus),
+                schedulable=row["state"] == NodeState.READY,
+            )
+        )
+    return nodes
+
+
+def _reserved(workloads: list[Row], allocations: list[Row]) -> tuple[defaultdict[int, int], defaultdict[int, int]]:
+    """Return the CPU (milli) and memory (MiB) reserved on each node by its active replicas."""
+    requests = {row["id"]: (row["cpu_milli"], row["memory_mib"]) for row in workloads}
+    cpu: defaultdict[int, int] = defaultdict(int)
+    memory: defaultdict[int, int] = defaultdict(int)
+    seen: set[tuple[int, int]] = set()
+    for allocation in allocations:
+        replica = (allocation["workload_id"], allocation["replica"])
+        if replica in seen or allocation["workload_id"] not in requests:
+            continue
+        seen.add(replica)
+        cpu_milli, memory_mib = requests[allocation["workload_id"]]
+        cpu[allocation["node_id"]] += cpu_milli
+        memory[allocation["node_id"]] += memory_mib
+    return cpu, memory
+
+
+def _workloads(
+    rows: list[Row],
+    allocations: list[Row],
+    pool_names: dict[int, str],
+    ledger: Ledger,
+) -> tuple[list[core.Workload], list[core.Workload]]:
+    """Return (pending, running) core workloads; running ones carry their allocation per replica."""
+    node_names = {node_id: name for name, node_id in ledger.node_ids.items()}
+    replicas: dict[int, dict[int, tuple[str, list[str]]]] = defaultdict(dict)
+    for allocation in allocations:
+        node = node_names.get(allocation["node_id"], f"node-{allocation['node_id']}")
+        slot = replicas[allocation["workload_id"]].setdefault(allocation["replica"], (node, []))
+        if allocation["gpu__uuid"] is not None:
+            slot[1].append(allocation["gpu__uuid"])
+    pending, running = [], []
+    for row in rows:
+        ledger.workloads[str(row["id"])] = row
+        if row["state"] == WorkloadState.PENDING:
+            pending.append(_workload(row, pool_names, ()))
+        else:
+            placed = tuple(
+                core.ReplicaAllocation(node, tuple(gpus)) for _, (node, gpus) in sorted(replicas[row["id"]].items())
+            )
+            running.append(_workload(row, pool_names, placed))
+    return pending, running
+
+
+def _workload(row: Row, pool_names: dict[int, str], allocation: tuple[core.ReplicaAllocation, ...]) -> core.Workload:
+    started = row["started_at"] or row["scheduled_at"]
+    return core.Workload(
+        id=str(row["id"]),
+        tenant=row["tenant__slug"],
+        project=row["project__slug"],
+        pool=pool_names[row["pool_id"]],
+        submitted_at=row["submitted_at"].timestamp(),
+        gpus=row["gpus_per_replica"],
+        replicas=row["replicas"],
+        kind=core.WorkloadKind(row["kind"]),
+        priority=PRIORITY_VALUES[row["priority_class"]],
+        models=frozenset(row["gpu_models"] or ()),
+        cpu_milli=row["cpu_milli"],
+        memory_mib=row["memory_mib"],
+        started_at=started.timestamp() if started else None,
+        allocation=allocation,
+    )
+
+
+def _tenant_quotas(pool_names: dict[int, str]) -> tuple[core.TenantQuota, ...]:
+    rows = TenantQuota.all_tenants.order_by("tenant_id", "pool_id").values(
+        "tenant__slug", "pool_id", "guaranteed", "limit", "weight"
+    )
+    return tuple(
+        core.TenantQuota(r["tenant__slug"], pool_names[r["pool_id"]], r["guaranteed"], r["limit"], float(r["weight"]))
+        for r in rows
+    )
+
+
+def _project_quotas(pool_names: dict[int, str]) -> tuple[core.ProjectQuota, ...]:
+    rows = ProjectQuota.all_tenants.order_by("project_id", "pool_id").values(
+        "project__slug", "tenant__slug", "pool_id", "guaranteed", "limit", "weight"
+    )
+    return tuple(
+        core.ProjectQuota(
+            r["project__slug"],
+            r["tenant__slug"],
+            pool_names[r["pool_id"]],
+            r["guaranteed"],
+            r["limit"],
+            float(r["weight"]),
+        )
+        for r in rows
+    )
