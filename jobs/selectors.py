@@ -197,7 +197,8 @@ def notebook_proxy_target(user: AbstractBaseUser | AnonymousUser, workload_id: i
     """Return where `user` reaches notebook `workload_id` through the proxy, or None when they may not.
 
     Looks across tenants (the proxy's URL names no tenant). Only the
-    notebook's owner and the admins of its tenant get a target; anyone
+    notebook's owner (while still a member or admin of its tenant) and the
+    admins of its tenant get a target; anyone
     else (anonymous, another tenant, other members, operators who are not
     the tenant's admins) gets None, exactly as for a notebook that does not
     exist, is not starting or running, has no session secret, or whose
@@ -205,7 +206,11 @@ def notebook_proxy_target(user: AbstractBaseUser | AnonymousUser, workload_id: i
     """
     if not user.is_authenticated:
         return None
-    admin = Membership.all_tenants.filter(tenant_id=OuterRef("tenant_id"), user_id=user.pk, role=Role.ADMIN)
+    memberships = Membership.all_tenants.filter(tenant_id=OuterRef("tenant_id"), user_id=user.pk)
+    admin = memberships.filter(role=Role.ADMIN)
+    # An owner reaches their notebook only while they still may work in the tenant (removed or made a
+    # viewer: no longer).
+    working = memberships.filter(role__in=(Role.MEMBER, Role.ADMIN))
     endpoint = (
         Replica.all_tenants.filter(workload_id=OuterRef("pk"), attempt=OuterRef("attempt"), index=0)
         .exclude(endpoint="")
@@ -215,7 +220,7 @@ def notebook_proxy_target(user: AbstractBaseUser | AnonymousUser, workload_id: i
         Workload.all_tenants.filter(
             pk=workload_id, kind=WorkloadKind.NOTEBOOK, state__in=(WorkloadState.STARTING, WorkloadState.RUNNING)
         )
-        .filter(Q(owner_id=user.pk) | Exists(admin))
+        .filter((Q(owner_id=user.pk) & Exists(working)) | Exists(admin))
         .exclude(session_secret="")
         .annotate(endpoint=Subquery(endpoint))
         .values_list("endpoint", "session_secret")

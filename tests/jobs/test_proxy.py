@@ -378,6 +378,19 @@ def test_a_tenant_admin_gets_through_and_losing_the_role_takes_effect_at_once(
         assert refused_handshake(console, admin, f"/notebooks/{JUPYTER_ID}/api/events/subscribe") == 403
 
 
+def test_an_owner_removed_from_the_tenant_or_made_a_viewer_loses_the_notebook(
+    world: World, jupyter: str, console: str
+) -> None:
+    notebook(world, JUPYTER_ID, jupyter)
+    with browser(console, world.member_a) as owner:
+        assert owner.get(f"/notebooks/{JUPYTER_ID}/api/status").status_code == 200
+        Membership.all_tenants.filter(user=world.member_a).update(role="viewer")
+        assert owner.get(f"/notebooks/{JUPYTER_ID}/api/status").status_code == 404
+        Membership.all_tenants.filter(user=world.member_a).delete()
+        assert owner.get(f"/notebooks/{JUPYTER_ID}/api/status").status_code == 404
+        assert refused_handshake(console, owner, f"/notebooks/{JUPYTER_ID}/api/events/subscribe") == 403
+
+
 @pytest.mark.parametrize(
     "change",
     [
