@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://gpucloud:gpucloud@127.0.0.1:5432/gpucloud_bench \
         .venv/bin/python bench/submissions.py [--single 1000] [--bulk 1000] [--batches 5] \
-        [--clients 1] [--workers 1]
+        [--clients 1] [--workers 1] [--floor 0]
 
 It migrates the scratch database in DATABASE_URL, creates a bench tenant
 with a project, quotas and a pool with one ready 8-GPU node, starts the web
@@ -14,7 +14,11 @@ submits with an API token:
   each with its own keep-alive connection: submissions per second over the
   whole run, and p50/p99 latency of every request;
 - then `--batches` bulk submissions of `--bulk` workloads each from one
-  client (workloads per second).
+  client (workloads per second);
+- with `--floor N`, first N authenticated GETs of the tenant itself, spread
+  over the same clients: the floor of any API request on this machine
+  (authentication, tenant and role lookup, routing, rendering, the ASGI
+  server), to compare a submission's cost with.
 
 Every submission runs the full validation (allowed images included) and
 writes its event and audit entry; the bench sets no count limit, so no
@@ -89,13 +93,17 @@ def _item(i: int) -> dict[str, object]:
     return {"project": "alpha", "pool": "bench-submit", "name": f"job-{i}", "image": "registry.example.com/b:1"}
 
 
-def _post(conn: http.client.HTTPConnection, path: str, secret: str, body: object) -> float:
+def _post(conn: http.client.HTTPConnection, path: str, secret: str, body: object | None) -> float:
+    """POST `body` (GET when it is None) and return the seconds until the whole answer arrived."""
     headers = {"Authorization": f"Bearer {secret}", "Host": "127.0.0.1", "Content-Type": "application/json"}
     started = time.perf_counter()
-    conn.request("POST", path, body=json.dumps(body), headers=headers)
+    if body is None:
+        conn.request("GET", path, headers=headers)
+    else:
+        conn.request("POST", path, body=json.dumps(body), headers=headers)
     response = conn.getresponse()
     data = response.read()
-    if response.status != 201:
+    if response.status != (200 if body is None else 201):
         raise SystemExit(f"{path} answered {response.status}: {data[:300]!r} (server log: {SERVER_LOG})")
     return time.perf_counter() - started
 
@@ -123,18 +131,22 @@ def _serve(port: int, workers: int) -> subprocess.Popen[bytes]:
     raise SystemExit("uvicorn did not start")
 
 
-def _client(port: int, secret: str, names: range, timings: list[float]) -> None:
+def _client(port: int, secret: str, names: range, timings: list[float], floor: bool = False) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    if floor:
+        path = f"/api/v1/tenants/{TENANT}/"
+        timings.extend(_post(conn, path, secret, None) * 1000 for _ in names)
+        return
     path = f"/api/v1/tenants/{TENANT}/workloads/"
     timings.extend(_post(conn, path, secret, _item(i)) * 1000 for i in names)
 
 
-def _single(port: int, secret: str, count: int, clients: int) -> dict[str, float]:
+def _single(port: int, secret: str, count: int, clients: int, floor: bool = False) -> dict[str, float]:
     # Warm every worker process (each has its own connections and caches) before timing.
-    _client(port, secret, range(20 * clients), [])
+    _client(port, secret, range(20 * clients), [], floor)
     per_client: list[list[float]] = [[] for _ in range(clients)]
     threads = [
-        threading.Thread(target=_client, args=(port, secret, range(c, count, clients), per_client[c]))
+        threading.Thread(target=_client, args=(port, secret, range(c, count, clients), per_client[c], floor))
         for c in range(clients)
     ]
     started = time.perf_counter()
@@ -147,7 +159,7 @@ def _single(port: int, secret: str, count: int, clients: int) -> dict[str, float
     if len(timings) != count:
         raise SystemExit(f"only {len(timings)} of {count} submissions answered (server log: {SERVER_LOG})")
     return {
-        "submissions": count,
+        "requests": count,
         "clients": clients,
         "per_second": round(count / elapsed, 1),
         "p50_ms": round(statistics.median(timings), 2),
@@ -175,16 +187,17 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--clients", type=int, default=1, help="client threads sending single submissions")
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    parser.add_argument("--floor", type=int, default=0, help="authenticated GETs of the tenant to time first")
     args = parser.parse_args()
     secret = _setup()
     port = _free_port()
     server = _serve(port, args.workers)
     try:
-        results = {
-            "workers": args.workers,
-            "single": _single(port, secret, args.single, args.clients),
-            "bulk": _bulk(port, secret, args.bulk, args.batches),
-        }
+        results: dict[str, object] = {"workers": args.workers}
+        if args.floor:
+            results["floor_get"] = _single(port, secret, args.floor, args.clients, floor=True)
+        results["single"] = _single(port, secret, args.single, args.clients)
+        results["bulk"] = _bulk(port, secret, args.bulk, args.batches)
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=20)
