@@ -26,11 +26,13 @@ def membership_role(user: User, tenant: Tenant) -> Role | None:
     return Role(role) if role else None
 
 
-def role_in_tenant(actor: Actor, tenant: Tenant) -> Role | None:
+def role_in_tenant(actor: Actor, tenant: Tenant, *, membership: Role | None = None) -> Role | None:
     """Return the role `actor` acts with in `tenant`, or None when it may not see the tenant at all.
 
     Operators act as `operator` everywhere. A token reaches only its own
     tenant and caps the owner's current membership role at its own role.
+    `membership` is the user's membership role in `tenant` when the caller
+    read it in this same request (API token authentication does); None reads it.
     """
     if actor.user is None or not actor.user.is_active:
         return None
@@ -38,7 +40,7 @@ def role_in_tenant(actor: Actor, tenant: Tenant) -> Role | None:
         return Role.OPERATOR
     if actor.token is not None and actor.token.tenant_id != tenant.pk:
         return None
-    role = membership_role(actor.user, tenant)
+    role = membership if membership is not None else membership_role(actor.user, tenant)
     if role is None or not tenant.is_active:
         return None
     if actor.token is not None:

@@ -23,11 +23,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
+from tenants.authentication import token_membership_role
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import ApiToken, Tenant
 from tenants.scoping import activate_tenant, deactivate_tenant
 from tenants.selectors import role_in_tenant, tenant_by_slug
+from tenants.services.access import RequestRoleToken, forget_request_role, remember_request_role
 
 _SEALED = (
     "initial",
@@ -49,6 +51,18 @@ def _schema_queryset(view: BaseViewSet) -> QuerySet[Any]:
         return view.queryset.none()
     model = cast(Any, view.get_serializer_class()).Meta.model
     return model._base_manager.none()
+
+
+def _tenant_and_membership(actor: Actor, slug: str) -> tuple[Tenant | None, Role | None]:
+    """Return the tenant named `slug` and the actor's membership role there when already known, else None.
+
+    A token's tenant and the owner's role in it were read when the request
+    authenticated; any other tenant (or actor) is read here.
+    """
+    token = actor.token
+    if token is not None and token.tenant is not None and token.tenant.slug == slug:
+        return token.tenant, token_membership_role(token)
+    return tenant_by_slug(slug), None
 
 
 def actor_of(request: Request) -> Actor:
@@ -118,19 +132,25 @@ class TenantViewSet(BaseViewSet):
 
     tenant: Tenant
     _scope_token: Token[int | None] | None = None
+    _role_token: RequestRoleToken | None = None
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
         self.actor = actor_of(request)
-        tenant = tenant_by_slug(str(kwargs.get("tenant", "")))
-        role = role_in_tenant(self.actor, tenant) if tenant is not None else None
+        tenant, membership = _tenant_and_membership(self.actor, str(kwargs.get("tenant", "")))
+        role = role_in_tenant(self.actor, tenant, membership=membership) if tenant is not None else None
         if tenant is None or role is None:
             raise exceptions.NotFound()
         self.tenant, self.role = tenant, role
         self._scope_token = activate_tenant(tenant)
+        # The services this request calls check the same role: they reuse it instead of reading it again.
+        self._role_token = remember_request_role(self.actor, tenant, role)
         self.deny_unless_allowed()
 
     def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
+        if self._role_token is not None:
+            forget_request_role(self._role_token)
+            self._role_token = None
         if self._scope_token is not None:
             deactivate_tenant(self._scope_token)
             self._scope_token = None

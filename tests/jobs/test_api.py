@@ -133,3 +133,63 @@ def test_the_openapi_schema_describes_the_endpoints(world: World) -> None:
     paths = schema.json()["paths"]
     assert "/api/v1/tenants/{tenant}/workloads/{id}/cancel/" in paths
     assert "/api/v1/tenants/{tenant}/workloads/bulk/" in paths
+
+
+def _token_client(world: World, user: Any, role: str) -> Any:
+    from rest_framework.test import APIClient
+
+    from tenants import services
+    from tenants.context import Actor
+
+    issued = services.create_token(
+        actor=Actor(user=user), tenant=world.tenant_a, name="t", role=role, expires_in_days=1
+    )
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.secret}")
+    return client
+
+
+def test_a_token_submission_reads_its_role_once(world: World) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    ready_world(world)
+    client = _token_client(world, world.admin_a, "admin")
+    assert client.post(URL, _body(name="warm"), format="json").status_code == 201  # records last_used_at
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(URL, _body(), format="json")
+    assert response.status_code == 201, response.content
+    membership_reads = [q["sql"] for q in queries if '"tenants_membership"' in q["sql"]]
+    # The authentication query carries the membership role; neither the base nor the service reads it again.
+    assert len(membership_reads) == 1 and '"tenants_apitoken"' in membership_reads[0]
+    # token with owner, tenant and role (1), project (1), pool (1); images, limits, GPUs (3);
+    # workload, events, audit (3). Before the token carried the role: 13.
+    statements = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE", "BEGIN", "COMMIT"))]
+    assert len(statements) == 9, statements
+
+
+def test_a_token_loses_its_role_on_the_next_request(world: World) -> None:
+    from tenants.models import Membership
+
+    ready_world(world)
+    client = _token_client(world, world.member_a, "member")
+    assert client.post(URL, _body(name="first"), format="json").status_code == 201
+    Membership.all_tenants.filter(tenant=world.tenant_a, user=world.member_a).update(role="viewer")
+    assert client.post(URL, _body(name="second"), format="json").status_code == 403
+    Membership.all_tenants.filter(tenant=world.tenant_a, user=world.member_a).delete()
+    assert client.post(URL, _body(name="third"), format="json").status_code == 401
+
+
+def test_a_role_read_in_a_request_is_not_reused_after_it(world: World) -> None:
+    from django.core.exceptions import PermissionDenied
+
+    from tenants.choices import Role
+    from tenants.context import Actor
+    from tenants.models import Membership
+    from tenants.services.access import require_role
+
+    ready_world(world)
+    assert client_for(world.member_a).post(URL, _body(), format="json").status_code == 201
+    Membership.all_tenants.filter(tenant=world.tenant_a, user=world.member_a).update(role="viewer")
+    with pytest.raises(PermissionDenied):
+        require_role(Actor(user=world.member_a), world.tenant_a, Role.MEMBER)
