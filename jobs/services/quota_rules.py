@@ -130,7 +130,8 @@ def with_runtime_defaults(
     for index, spec in enumerate(specs):
         cap = limits[spec.pool.pk].max_runtime_seconds
         if spec.max_runtime_seconds is None:
-            spec = replace(spec, max_runtime_seconds=cap)
+            # A copy only when there is a maximum to fill in: for a bulk submission the copies add up.
+            spec = replace(spec, max_runtime_seconds=cap) if cap is not None else spec
         elif cap is not None and spec.max_runtime_seconds > cap:
             error = invalid(
                 "max_runtime_seconds",
