@@ -27,15 +27,14 @@ Any refusal raises before anything is written; a bulk submission is all or nothi
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import connection, models, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from gpucloud.errors import Conflict, invalid
@@ -44,7 +43,6 @@ from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Workload, WorkloadEvent
 from jobs.services import images
 from jobs.services import quota_rules as rules
-from jobs.services.quota_rules import placeholders
 from jobs.services.spec import WorkloadSpec, check_spec, fingerprint, prefixed
 from jobs.triggers import request_scheduling_pass
 from tenants.choices import Role
@@ -57,8 +55,6 @@ MAX_BULK_ITEMS = 2000
 MAX_IDEMPOTENCY_KEY_LENGTH = 200
 # Where Jupyter listens inside a notebook's sandbox; the launch code and the proxy rely on it.
 NOTEBOOK_PORT = 8888
-# Parameters per statement: SQLite allows 32,766, Postgres 65,535.
-_MAX_PARAMETERS = 30_000
 
 
 @dataclass(frozen=True)
@@ -206,10 +202,10 @@ def _insert(
 ) -> list[Workload]:
     now = timezone.now()
     keys: list[str | None] = list(_item_keys(key, len(specs))) if key is not None else [None] * len(specs)
-    workloads = [
-        _workload(project, owner, spec, item_key, digest, now) for spec, item_key in zip(specs, keys, strict=True)
-    ]
-    _insert_workloads(workloads)
+    workloads = Workload.all_tenants.bulk_create(
+        [_workload(project, owner, spec, item_key, digest, now) for spec, item_key in zip(specs, keys, strict=True)],
+        batch_size=500,
+    )
     _insert_submitted_events(actor, [w.pk for w in workloads], now)
     record_audit_event(
         actor=actor,
@@ -219,55 +215,6 @@ def _insert(
         after={"project": project.slug, "count": len(workloads), "ids": [w.pk for w in workloads][:100]},
     )
     return workloads
-
-
-# How each column's value reaches the database. Plain columns (text, numbers, foreign key ids) go as
-# the attribute holds them: _workload built them with the right types. Every other column (JSON,
-# date and time, auto_now) takes its field's own preparation.
-_PLAIN_FIELDS = (models.CharField, models.TextField, models.IntegerField, models.ForeignKey)
-
-
-def _column_preparers() -> list[tuple[str, Callable[[Workload], Any]]]:
-    columns: list[tuple[str, Callable[[Workload], Any]]] = []
-    for f in Workload._meta.concrete_fields:
-        if f.primary_key:
-            continue
-        if isinstance(f, _PLAIN_FIELDS) and not isinstance(f, models.DateTimeField):
-            columns.append((f.column, operator.attrgetter(f.attname)))
-        else:
-            columns.append((f.column, _prepared(f)))
-    return columns
-
-
-def _prepared(f: models.Field[Any, Any]) -> Callable[[Workload], Any]:
-    def prepare(workload: Workload) -> Any:
-        return f.get_db_prep_save(f.pre_save(workload, add=True), connection)
-
-    return prepare
-
-
-def _insert_workloads(workloads: list[Workload]) -> None:
-    """Insert `workloads` with multi-row INSERT ... RETURNING id statements and set their ids.
-
-    What `bulk_create` does, without its per-value machinery: preparing
-    every column of every row through its field took as long as the rest
-    of a 1,000-item bulk submission together.
-    """
-    columns = _column_preparers()
-    names = ", ".join(connection.ops.quote_name(column) for column, _ in columns)
-    table = connection.ops.quote_name(Workload._meta.db_table)
-    row = f"({placeholders(len(columns))})"
-    batch = max(1, min(500, _MAX_PARAMETERS // len(columns)))
-    with connection.cursor() as cursor:
-        for start in range(0, len(workloads), batch):
-            chunk = workloads[start : start + batch]
-            sql = f"INSERT INTO {table} ({names}) VALUES {', '.join([row] * len(chunk))} RETURNING id"  # noqa: S608 -- names from the model's metadata; every value is a parameter
-            cursor.execute(sql, [prepare(w) for w in chunk for _, prepare in columns])
-            # Postgres and SQLite return a multi-row INSERT's rows in VALUES order; bulk_create relies on it too.
-            for workload, (pk,) in zip(chunk, cursor.fetchall(), strict=True):
-                workload.pk = pk
-                workload._state.adding = False
-                workload._state.db = connection.alias
 
 
 def _insert_submitted_events(actor: Actor, workload_ids: list[int], now: datetime) -> None:
