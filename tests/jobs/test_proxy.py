@@ -525,6 +525,23 @@ def test_the_mask_catches_the_secret_split_across_any_chunk_boundary() -> None:
     assert SecretMask(secret).feed(b"plain output\n") == b"plain output\n"
 
 
+def test_the_mask_holds_back_exactly_the_longest_tail_that_could_begin_the_secret() -> None:
+    # The secret repeats its first byte, so a tail may hold several candidate starts.
+    secret = "aab-aa"
+    stream = b"xaaab-aaaab-aa-aab-a" + b"aab-aa"[:-1]
+    expected = stream.replace(secret.encode(), b"*" * len(secret))
+    for size in range(1, len(stream) + 1):
+        mask = SecretMask(secret)
+        released = b""
+        for i in range(0, len(stream), size):
+            released += mask.feed(stream[i : i + size])
+            seen = stream[: i + size].replace(secret.encode(), b"*" * len(secret))
+            held = len(seen) - len(released)
+            tails = [n for n in range(1, len(secret)) if seen.endswith(secret[:n].encode())]
+            assert held == max(tails, default=0), (size, i)
+        assert released + mask.flush() == expected, size
+
+
 def test_the_selector_is_the_one_check(world: World) -> None:
     workload = notebook(world, 77, "http://127.0.0.1:1")
     target = notebook_proxy_target(world.member_a, workload.pk)
