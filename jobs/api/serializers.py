@@ -12,6 +12,7 @@ from inventory.selectors import pools_open_to_tenant
 from jobs.choices import PriorityClass, WorkloadKind, WorkloadState
 from jobs.models import Allocation, AllowedImage, LaunchPreset, Workload, WorkloadEvent
 from jobs.selectors import presets_for_tenant
+from jobs.services.presets import PRESET_FIELDS
 from tenants.api.fields import ScopedSlugField
 from tenants.models import Tenant
 from tenants.selectors import projects_in_scope
@@ -274,23 +275,7 @@ class LaunchPresetSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = LaunchPreset
-        fields = [
-            "id",
-            "name",
-            "description",
-            "kind",
-            "image",
-            "command",
-            "pool",
-            "gpus_per_replica",
-            "replicas",
-            "cpu_milli",
-            "memory_mib",
-            "idle_timeout_seconds",
-            "max_runtime_seconds",
-            "created_at",
-            "updated_at",
-        ]
+        fields = ["id", *PRESET_FIELDS, "created_at", "updated_at"]
         read_only_fields = fields
 
 

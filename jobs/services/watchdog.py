@@ -104,10 +104,9 @@ def _lose(workload_id: int, replicas: list[Replica], nodes: list[str]) -> int:
         return 1
     if workload.kind == WorkloadKind.NOTEBOOK:
         target, message = WorkloadState.LOST, f"Node {where} was lost; the notebook session ended with it."
-    elif node_lost_requeues(workload_id) < workload.requeue_limit:
-        done = node_lost_requeues(workload_id) + 1
+    elif (done := node_lost_requeues(workload_id)) < workload.requeue_limit:
         target = WorkloadState.PREEMPTED
-        message = f"Node {where} was lost; requeued (requeue {done} of {workload.requeue_limit})."
+        message = f"Node {where} was lost; requeued (requeue {done + 1} of {workload.requeue_limit})."
     else:
         target = WorkloadState.FAILED
         message = f"Node {where} was lost and the job used all {workload.requeue_limit} requeues."
