@@ -31,6 +31,8 @@ const FILES = {
   "swagger-ui/swagger-ui.css": ["swagger-ui-dist", "swagger-ui.css"],
   "swagger-ui/favicon-32x32.png": ["swagger-ui-dist", "favicon-32x32.png"],
   "swagger-ui/favicon-16x16.png": ["swagger-ui-dist", "favicon-16x16.png"],
+  "uplot/uPlot.iife.min.js": ["uplot", "dist/uPlot.iife.min.js"],
+  "uplot/uPlot.min.css": ["uplot", "dist/uPlot.min.css"],
 };
 
 // `//# sourceMappingURL=...` (JS) and `/*# sourceMappingURL=... */` (CSS), alone on a line.
