@@ -11,16 +11,26 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from gpucloud.errors import invalid
 from tenants.choices import Role
 from tenants.context import Actor
-from tenants.models import ApiToken, Tenant
+from tenants.models import ApiToken, Membership, Tenant
 from tenants.services.access import require_role
 from tenants.services.audit import JsonDict, record_audit_event
 
 TOKEN_SCHEME = "gpc"  # noqa: S105 -- the token format's prefix, not a secret
+# last_used_at is advisory; refreshing it at most once a minute keeps
+# authenticated requests from all writing to the token row.
+_LAST_USED_RESOLUTION = timedelta(minutes=1)
+# Set only on tokens this module loaded: a token read elsewhere has no such attribute.
+_MEMBERSHIP_ROLE = "authenticated_membership_role"
+
+
+class TokenRejected(Exception):
+    """A presented token authenticates nobody; the message says why, in words fit for the client."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,67 @@ def split_secret(secret: str) -> tuple[str, str] | None:
 def matches(token: ApiToken, secret: str) -> bool:
     """Return whether `secret` is the token's, comparing digests in constant time."""
     return hmac.compare_digest(token.digest, digest(secret))
+
+
+def token_membership_role(token: ApiToken) -> Role | None:
+    """Return the owner's membership role in the token's tenant as read when the token was authenticated,
+    or None when the token was not loaded by `authenticate_secret` or `reload_token` (or has no tenant)."""
+    role = getattr(token, _MEMBERSHIP_ROLE, None)
+    return Role(role) if role else None
+
+
+def _token_with_membership(**lookup: object) -> ApiToken | None:
+    """Return the token matching `lookup` with its owner, tenant and the owner's membership role there; one query."""
+    membership = Membership.all_tenants.filter(tenant_id=OuterRef("tenant_id"), user_id=OuterRef("user_id"))
+    tokens = ApiToken.all_tenants.select_related("user", "tenant").filter(**lookup)
+    return tokens.annotate(**{_MEMBERSHIP_ROLE: Subquery(membership.values("role")[:1])}).first()
+
+
+def _check_usable(token: ApiToken) -> None:
+    if token.revoked_at is not None:
+        raise TokenRejected("This API token was revoked.")
+    if token.expires_at <= timezone.now():
+        raise TokenRejected("This API token has expired.")
+    if not token.user.is_active:
+        raise TokenRejected("The token's owner is deactivated.")
+    if token.tenant_id is not None and token_membership_role(token) is None:
+        raise TokenRejected("The token's owner is no longer a member of its tenant.")
+
+
+def authenticate_secret(secret: str) -> ApiToken:
+    """Return the token whose secret is `secret`, with its owner, tenant and the owner's role there loaded.
+
+    The one check behind every way a token is presented (the API's
+    Authorization header, the live streams' header or subprotocol).
+    Refreshes `last_used_at` (at most once a minute). Raises TokenRejected
+    for a malformed, unknown, revoked or expired token, a deactivated owner
+    or an owner no longer a member of the token's tenant.
+    """
+    parsed = split_secret(secret)
+    if parsed is None:
+        raise TokenRejected("Malformed API token.")
+    token = _token_with_membership(prefix=parsed[0])
+    if token is None or not matches(token, secret):
+        raise TokenRejected("Invalid API token.")
+    _check_usable(token)
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > _LAST_USED_RESOLUTION:
+        ApiToken.all_tenants.filter(pk=token.pk).update(last_used_at=now)
+    return token
+
+
+def reload_token(token_id: int) -> ApiToken:
+    """Return token `token_id` loaded as `authenticate_secret` loads it, if it still authenticates its owner.
+
+    For connections that authenticated once and re-check later (live
+    streams). Raises TokenRejected as `authenticate_secret` does, and for a
+    token that no longer exists.
+    """
+    token = _token_with_membership(pk=token_id)
+    if token is None:
+        raise TokenRejected("Invalid API token.")
+    _check_usable(token)
+    return token
 
 
 def _token_snapshot(token: ApiToken) -> JsonDict:
