@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from itertools import groupby
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import Case, Count, IntegerField, Prefetch, Q, QuerySet, Value, When
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from inventory.choices import GpuHealth, NodeState
@@ -224,3 +227,56 @@ def replicas_of_current_attempt(workload: Workload) -> list[Replica]:
     return list(
         Replica.objects.filter(workload=workload, attempt=workload.attempt).select_related("node").order_by("index")
     )
+
+
+@dataclass(frozen=True)
+class HeatmapGpu:
+    """One cell of the cluster heatmap: `utilization` is None when the GPU has no recent sample."""
+
+    uuid: str
+    index: int
+    model: str
+    utilization: float | None
+
+
+@dataclass(frozen=True)
+class HeatmapNode:
+    name: str
+    state: str
+    state_label: str
+    gpus: list[HeatmapGpu]
+
+
+@dataclass(frozen=True)
+class HeatmapPool:
+    name: str
+    nodes: list[HeatmapNode]
+
+
+def cluster_heatmap(*, now: datetime | None = None) -> list[HeatmapPool]:
+    """Return every node that is not retired with its present GPUs, by pool name then node name; two queries.
+
+    A GPU's utilization is its latest sample's, or None when that sample is
+    older than the heartbeat timeout (the node stopped reporting): an old
+    figure would read as current.
+    """
+    fresh_after = (now or timezone.now()) - timedelta(seconds=settings.NODE_HEARTBEAT_TIMEOUT_SECONDS)
+    nodes = Node.objects.exclude(state=NodeState.RETIRED).order_by("pool__name", "name")
+    rows = nodes.values_list("id", "name", "state", "pool__name")
+    gpus: dict[int, list[HeatmapGpu]] = defaultdict(list)
+    samples = (
+        Gpu.objects.filter(present=True)
+        .exclude(node__state=NodeState.RETIRED)
+        .order_by("node_id", "index")
+        .values_list("node_id", "uuid", "index", "model", "utilization", "last_sample_at")
+    )
+    for node_id, uuid, index, model, utilization, sampled_at in samples:
+        recent = sampled_at is not None and sampled_at >= fresh_after
+        gpus[node_id].append(HeatmapGpu(uuid, index, model, utilization if recent else None))
+    return [
+        HeatmapPool(
+            pool,
+            [HeatmapNode(name, state, NodeState(state).label, gpus[node_id]) for node_id, name, state, _ in members],
+        )
+        for pool, members in groupby(rows, key=lambda row: row[3])
+    ]

@@ -36,6 +36,7 @@ urlpatterns = [
     path("ops/nodes/", inventory.ops_nodes, name="ops_nodes"),
     path("ops/nodes/<str:name>/", inventory.ops_node, name="ops_node"),
     path("ops/gpus/", inventory.ops_gpus, name="ops_gpus"),
+    path("ops/cluster/", inventory.ops_cluster, name="ops_cluster"),
     path("ops/allocation/", jobs.ops_allocation, name="ops_allocation"),
     path("ops/images/", images.ops_images, name="ops_images"),
     path("ops/images/<int:pk>/delete/", images.ops_image_delete, name="ops_image_delete"),

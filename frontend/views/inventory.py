@@ -20,7 +20,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from frontend import forms
+from frontend import forms, live_paths
 from frontend import selectors as ui_selectors
 from frontend.access import actor_of, operator_view
 from frontend.views import again, attempt, message_of
@@ -232,7 +232,8 @@ def _node_page(
     actions = [(a, bound[1] if bound and bound[0] is a else a.form()) for a in offered]
     context = {
         "node": node,
-        "gpus": ui_selectors.gpus_of_node(node),
+        "gpus": list(ui_selectors.gpus_of_node(node)),
+        "metrics_path": live_paths.node_metrics(node.name),
         "events": ui_selectors.recent_node_events(node),
         "actions": actions,
         "conflict": conflict,
@@ -248,3 +249,14 @@ def ops_gpus(request: HttpRequest) -> HttpResponse:
     return render(
         request, "frontend/ops_gpus.html", {"gpus": gpus.get_page(request.GET.get("page")), "filters": filters}
     )
+
+
+@operator_view
+def ops_cluster(request: HttpRequest) -> HttpResponse:
+    """Every GPU as a heatmap cell by pool and node, coloured by utilization; kept current over `/ws/cluster/`."""
+    context = {
+        "pools": ui_selectors.cluster_heatmap(),
+        "node_states": dict(NodeState.choices),
+        "cluster_path": live_paths.CLUSTER,
+    }
+    return render(request, "frontend/ops_cluster.html", context)

@@ -22,7 +22,7 @@ from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.utils.text import slugify
 
-from frontend import forms, selectors
+from frontend import forms, live_paths, selectors
 from frontend.access import Page, operator_view, tenant_view
 from frontend.views import again, message_of
 from gpucloud.errors import Conflict
@@ -46,7 +46,14 @@ LOG_TAIL_LINES = 200
 def queue(request: HttpRequest, page: Page) -> HttpResponse:
     """Waiting work with its reason, position and hint; active work with its GPUs; each project's use per pool."""
     waiting, active = selectors.queue_in_scope()
-    context = {"page": page, "waiting": waiting, "active": active, "use": selectors.project_use_in_scope()}
+    context = {
+        "page": page,
+        "waiting": waiting,
+        "active": active,
+        "use": selectors.project_use_in_scope(),
+        "events_path": live_paths.tenant_events(page.tenant.slug),
+        "state_labels": dict(WorkloadState.choices),
+    }
     return render(request, "frontend/queue.html", context)
 
 
@@ -88,7 +95,14 @@ def workloads(request: HttpRequest, page: Page) -> HttpResponse:
     listed = Paginator(selectors.workloads_matching(owner=owner, **chosen), WORKLOADS_PER_PAGE)
     items = listed.get_page(request.GET.get("page"))
     rows = [(w, notebook_url(page, w)) for w in items]
-    context = {"page": page, "filters": filters, "items": items, "rows": rows}
+    context = {
+        "page": page,
+        "filters": filters,
+        "items": items,
+        "rows": rows,
+        "events_path": live_paths.tenant_events(page.tenant.slug, chosen.get("project", "")),
+        "state_labels": dict(WorkloadState.choices),
+    }
     return render(request, "frontend/workloads.html", context)
 
 
@@ -294,5 +308,26 @@ def _workload_page(
         "log_limit": LOG_TAIL_LINES,
         "notebook_url": notebook_url(page, workload),
         "refusal": refusal,
+        "live": _live_views(workload),
+        "chart_gpus": gpus_held(workload),
+        "state_labels": dict(WorkloadState.choices),
     }
     return render(request, "frontend/workload.html", context, status=status)
+
+
+def _live_views(workload: Workload) -> dict[str, Any]:
+    return {
+        "logs": live_paths.workload_logs(workload.pk),
+        "metrics": live_paths.workload_metrics(workload.pk),
+        "log_tail": live_paths.LOG_TAIL,
+        "log_cap": live_paths.LOG_CAP,
+    }
+
+
+def gpus_held(workload: Workload) -> list[dict[str, Any]]:
+    """Return the GPUs `workload` holds or held, one {uuid, index, node, model} each, from its loaded allocations."""
+    held: dict[str, dict[str, Any]] = {}
+    for a in workload.allocations.all():
+        if a.gpu is not None:
+            held[a.gpu.uuid] = {"uuid": a.gpu.uuid, "index": a.gpu.index, "node": a.node.name, "model": a.gpu.model}
+    return list(held.values())
