@@ -42,7 +42,6 @@ from importlib import import_module
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 from channels.db import database_sync_to_async
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
@@ -53,6 +52,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from jobs.selectors import ProxyTarget, notebook_proxy_target
+from jobs.upstream import UpstreamError, UpstreamPool, UpstreamResponse, UpstreamTimeout
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -297,9 +297,7 @@ class NotebookProxy:
         self.app = app
         # The same origin rule as the console's own WebSocket consumers.
         self._websocket: ASGIApp = AllowedHostsOriginValidator(self._serve)
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, UpstreamPool] = weakref.WeakKeyDictionary()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -317,23 +315,23 @@ class NotebookProxy:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                client = self._clients.pop(asyncio.get_running_loop(), None)
-                if client is not None:
-                    await client.aclose()
+                pool = self._pools.pop(asyncio.get_running_loop(), None)
+                if pool is not None:
+                    pool.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    def _client(self) -> httpx.AsyncClient:
-        """Return this event loop's pooled upstream client (a client's connections belong to one loop)."""
+    def _pool(self) -> UpstreamPool:
+        """Return this event loop's upstream connections (a connection belongs to one loop).
+
+        The pool connects straight to the endpoint: no HTTP_PROXY from the
+        environment ever sees a notebook's token.
+        """
         loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            timeout = httpx.Timeout(IO_TIMEOUT, connect=CONNECT_TIMEOUT, pool=CONNECT_TIMEOUT)
-            limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
-            # trust_env off: an HTTP_PROXY meant for the outside world must never see a notebook's token.
-            client = httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False, follow_redirects=False)
-            self._clients[loop] = client
-        return client
+        pool = self._pools.get(loop)
+        if pool is None:
+            pool = self._pools[loop] = UpstreamPool(connect_timeout=CONNECT_TIMEOUT, io_timeout=IO_TIMEOUT)
+        return pool
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = NOTEBOOK_PATH.match(scope["path"])
@@ -351,23 +349,21 @@ class NotebookProxy:
     # --- HTTP ----------------------------------------------------------------------
 
     async def _proxy_http(self, scope: Scope, receive: Receive, send: Send, target: ProxyTarget) -> None:
-        client = self._client()
-        request = client.build_request(
-            scope["method"],
-            upstream_url(target.endpoint, scope),
-            headers=upstream_headers(scope, target, websocket=False),
-            content=_request_body(receive) if _has_body(scope) else None,
-        )
         try:
-            response = await client.send(request, stream=True)
+            response = await self._pool().request(
+                scope["method"],
+                upstream_url(target.endpoint, scope),
+                upstream_headers(scope, target, websocket=False),
+                _request_body(receive) if _has_body(scope) else None,
+            )
         except _ClientGone:
             return
-        except httpx.TimeoutException:
+        except UpstreamTimeout:
             logger.warning("notebook %s: the upstream did not answer in time", target.workload_id)
             await _plain(send, 504, "The notebook server did not answer in time.")
             return
-        except httpx.TransportError as error:
-            logger.warning("notebook %s: the upstream is unreachable (%s)", target.workload_id, type(error).__name__)
+        except UpstreamError as error:
+            logger.warning("notebook %s: the upstream is unreachable (%s)", target.workload_id, error)
             await _plain(send, 502, "The notebook server cannot be reached.")
             return
         try:
@@ -376,23 +372,23 @@ class NotebookProxy:
             await response.aclose()
 
     async def _stream_response(
-        self, response: httpx.Response, receive: Receive, send: Send, target: ProxyTarget
+        self, response: UpstreamResponse, receive: Receive, send: Send, target: ProxyTarget
     ) -> None:
         """Relay the response as it comes; stop reading the upstream as soon as the browser disconnects."""
         await _first_of(self._relay_body(response, send, target), _until_disconnect(receive))
 
-    async def _relay_body(self, response: httpx.Response, send: Send, target: ProxyTarget) -> None:
+    async def _relay_body(self, response: UpstreamResponse, send: Send, target: ProxyTarget) -> None:
         mask = SecretMask(target.secret)
-        headers = downstream_headers(response.headers.raw, mask)
-        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        headers = downstream_headers(response.headers, mask)
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in response.body():
                 released = mask.feed(chunk)
                 if released:
                     await send({"type": "http.response.body", "body": released, "more_body": True})
-        except httpx.TransportError as error:
+        except UpstreamError as error:
             # Headers are sent: leave the response incomplete so the browser sees a broken transfer.
-            logger.warning("notebook %s: the upstream broke off (%s)", target.workload_id, type(error).__name__)
+            logger.warning("notebook %s: the upstream broke off (%s)", target.workload_id, error)
             return
         await send({"type": "http.response.body", "body": mask.flush()})
 
