@@ -8,6 +8,7 @@ and their meanings are listed in compose/.env.example.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import tempfile
@@ -271,6 +272,33 @@ X_FRAME_OPTIONS = "DENY"
 # Client addresses come from REMOTE_ADDR unless the console sits behind a
 # proxy that sets X-Forwarded-For, which must then be trusted explicitly.
 TRUST_X_FORWARDED_FOR = env_bool("TRUST_X_FORWARDED_FOR", False)
+
+# --- Prometheus metrics (/metrics) ----------------------------------------------
+# Who may read /metrics (docs/metrics.md): with METRICS_TOKEN, callers sending it as a bearer token;
+# with METRICS_ALLOWED_NETWORKS, callers from those networks; with both, callers meeting both; with
+# neither, loopback only. A token shorter than 24 characters is refused at start.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
+if METRICS_TOKEN is not None and len(METRICS_TOKEN) < 24:
+    raise ImproperlyConfigured("METRICS_TOKEN must be at least 24 characters long.")
+
+
+def _metrics_networks() -> list[str]:
+    """Return METRICS_ALLOWED_NETWORKS, each item checked to be an address or a CIDR network."""
+    networks = env_list("METRICS_ALLOWED_NETWORKS", [])
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"METRICS_ALLOWED_NETWORKS has {network!r}, which is not an address or a network (e.g. 10.0.0.0/8)."
+            ) from None
+    return networks
+
+
+METRICS_ALLOWED_NETWORKS = _metrics_networks()
+# Prometheus scrapes the web process directly over the internal network in plain HTTP; redirecting
+# it to HTTPS (GPUCLOUD_HTTPS) would send it to a port that does not serve TLS.
+SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

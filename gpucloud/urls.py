@@ -1,4 +1,4 @@
-"""URL root: the API under /api/v1/, the Django admin for operators, the web UI everywhere else."""
+"""URL root: the API under /api/v1/, health and metrics, the Django admin for operators, the web UI everywhere else."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ urlpatterns = [
     path("api/v1/", include((api_v1, "api"))),
     re_path(r"^api/", views.api_not_found),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("", include("frontend.urls")),
 ]

@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from jobs.metrics import record_pass_duration
 from jobs.scheduler import core
 from jobs.scheduler.commit import PassResult, commit
 from jobs.scheduler.snapshot import build_snapshot
@@ -84,6 +85,7 @@ def run_pass(*, now: datetime | None = None, config: core.SchedulerConfig | None
             "core": decided - built,
             "commit": time.perf_counter() - decided,
         }
+    record_pass_duration(sum(result.timings.values()))
     return result
 
 
