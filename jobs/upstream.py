@@ -7,14 +7,15 @@ reuse, bounded waits, and a body that streams in the chunks the socket
 delivers. httpx did the job, but its layers (httpcore over anyio, 64 KiB
 reads, an async generator per layer) cost more CPU per byte than the
 download itself, and the proxy is CPU-bound on a busy console. Here h11
-does the HTTP framing (the same parser uvicorn and httpcore use), asyncio
-streams do the I/O, and a read takes whatever the socket holds, up to
-READ_BYTES.
+parses the heads and any chunked body (the same parser uvicorn and httpcore
+use), a body of declared length passes straight through, and a small asyncio
+protocol hands over the chunks the socket delivers without copying them.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -35,17 +36,108 @@ class UpstreamTimeout(UpstreamError):
     """The upstream did not connect, or stayed silent, for longer than allowed."""
 
 
+class _Stream(asyncio.Protocol):
+    """One upstream socket: received chunks are queued as the transport delivers them (no copy), writes drain.
+
+    asyncio's StreamReader copies every chunk into its buffer and out again;
+    a relay only needs the chunks in order. Reading pauses while more than
+    HIGH_WATER bytes wait, so a slow browser holds back the upstream.
+    """
+
+    HIGH_WATER = 4 * READ_BYTES
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._ended = False
+        self._error: BaseException | None = None
+        self._readable: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
+        self._reading_paused = False
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # a TCP connection's transport
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered > self.HIGH_WATER and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wake_reader()
+
+    def eof_received(self) -> bool:
+        self._ended = True
+        self._wake_reader()
+        return False  # close the transport: HTTP/1.1 has no use for a half-open connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended, self._error = True, exc
+        self._wake_reader()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def _wake_reader(self) -> None:
+        if self._readable is not None and not self._readable.done():
+            self._readable.set_result(None)
+
+    async def read(self, limit: int) -> bytes:
+        """Return the next chunk received (at most `limit` bytes); b"" once the stream ended; raises OSError."""
+        while not self._chunks:
+            if self._ended:
+                if self._error is not None:
+                    raise OSError(str(self._error)) from self._error
+                return b""
+            self._readable = self._loop.create_future()
+            await self._readable
+        chunk = self._chunks.popleft()
+        if len(chunk) > limit:
+            self._chunks.appendleft(chunk[limit:])
+            chunk = chunk[:limit]
+        self._buffered -= len(chunk)
+        if self._reading_paused and self._buffered <= self.HIGH_WATER // 2 and self.transport is not None:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return chunk
+
+    def write(self, data: bytes) -> None:
+        if self.transport is None or self.transport.is_closing():
+            raise OSError("the upstream connection is closed")
+        self.transport.write(data)
+
+    async def drain(self) -> None:
+        """Return once the transport takes more data; raises OSError when the connection is gone."""
+        if self._writable is not None and not self._writable.done():
+            await self._writable
+        if self._ended and self._error is not None:
+            raise OSError(str(self._error))
+
+    def usable(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing() and not self._ended
+
+
 @dataclass
 class _Connection:
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
+    stream: _Stream
     http: h11.Connection = field(default_factory=lambda: h11.Connection(our_role=h11.CLIENT))
 
     def reusable(self) -> bool:
-        return not self.writer.is_closing() and not self.reader.at_eof()
+        # Leftover bytes between responses mean the server broke framing: never reuse such a connection.
+        return self.stream.usable() and not self.stream._chunks
 
     def close(self) -> None:
-        self.writer.close()
+        if self.stream.transport is not None:
+            self.stream.transport.close()
 
 
 class UpstreamResponse:
@@ -158,15 +250,17 @@ class UpstreamPool:
         self, key: tuple[str, int], connection: _Connection, head: h11.Request, body: AsyncIterator[bytes] | None
     ) -> UpstreamResponse:
         try:
-            connection.writer.write(connection.http.send(head) or b"")
+            connection.stream.write(connection.http.send(head) or b"")
             if body is not None:
                 async for chunk in body:
-                    connection.writer.write(connection.http.send(h11.Data(data=chunk)) or b"")
+                    connection.stream.write(connection.http.send(h11.Data(data=chunk)) or b"")
                     await self._drain(connection)
-            connection.writer.write(connection.http.send(h11.EndOfMessage()) or b"")
+            connection.stream.write(connection.http.send(h11.EndOfMessage()) or b"")
             await self._drain(connection)
         except h11.LocalProtocolError as error:
             raise UpstreamError(f"cannot send the request: {error}") from error
+        except OSError as error:
+            raise UpstreamError(f"writing to the upstream failed: {error}") from error
         while True:
             event = await self.next_event(connection)
             if isinstance(event, h11.Response):
@@ -192,7 +286,7 @@ class UpstreamPool:
         """Return what the socket holds (up to `limit` bytes, at least one; b"" at its end)."""
         try:
             async with asyncio.timeout(self.io_timeout):
-                return await connection.reader.read(min(limit, READ_BYTES))
+                return await connection.stream.read(min(limit, READ_BYTES))
         except TimeoutError as error:
             raise UpstreamTimeout("the upstream stayed silent") from error
         except OSError as error:
@@ -201,7 +295,7 @@ class UpstreamPool:
     async def _drain(self, connection: _Connection) -> None:
         try:
             async with asyncio.timeout(self.io_timeout):
-                await connection.writer.drain()
+                await connection.stream.drain()
         except TimeoutError as error:
             raise UpstreamTimeout("the upstream does not take the request") from error
         except OSError as error:
@@ -219,12 +313,12 @@ class UpstreamPool:
     async def _fresh(self, key: tuple[str, int]) -> _Connection:
         try:
             async with asyncio.timeout(self.connect_timeout):
-                reader, writer = await asyncio.open_connection(*key, limit=READ_BYTES)
+                _, stream = await asyncio.get_running_loop().create_connection(_Stream, *key)
         except TimeoutError as error:
             raise UpstreamTimeout(f"connecting to {key[0]}:{key[1]} timed out") from error
         except OSError as error:
             raise UpstreamError(f"cannot connect to {key[0]}:{key[1]}: {error}") from error
-        return _Connection(reader, writer)
+        return _Connection(stream)
 
     def release(self, key: tuple[str, int], connection: _Connection, *, reusable: bool, bypassed: bool) -> None:
         """Keep `connection` for the next request to `key` if the exchange ended cleanly, else close it.
