@@ -206,6 +206,12 @@ LOG_RETENTION_DAYS = env_int("LOG_RETENTION_DAYS", 30, minimum=1, maximum=3650)
 # Address the Docker runtime publishes workloads' service ports on (the proxy must reach it).
 GPUCLOUD_AGENT_PUBLISH_ADDRESS = env_str("GPUCLOUD_AGENT_PUBLISH_ADDRESS", "127.0.0.1") or "127.0.0.1"
 
+# --- Telemetry -----------------------------------------------------------------
+# Days per-minute GPU rollups (charts, idle reclaim, usage accounting) are kept.
+TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 90, minimum=1, maximum=3650)
+# Seconds of rollups the idle check reads back: a GPU busy in any minute of them keeps its notebook active.
+TELEMETRY_IDLE_WINDOW_SECONDS = env_int("TELEMETRY_IDLE_WINDOW_SECONDS", 120, minimum=60, maximum=3600)
+
 CELERY_BEAT_SCHEDULE = {
     "purge-expired-sessions": {"task": "tenants.purge_expired_sessions", "schedule": 3600.0},
     "check-nodes": {"task": "inventory.check_nodes", "schedule": 10.0},
@@ -219,6 +225,7 @@ CELERY_BEAT_SCHEDULE = {
     "enforce-time-limits": {"task": "jobs.enforce_time_limits", "schedule": 10.0},
     "check-idle-notebooks": {"task": "jobs.check_idle_notebooks", "schedule": 30.0},
     "purge-expired-logs": {"task": "jobs.purge_expired_logs", "schedule": 3600.0},
+    "purge-telemetry": {"task": "inventory.purge_telemetry", "schedule": 86400.0},
 }
 
 AUTHENTICATION_BACKENDS = ["tenants.backends.ThrottledModelBackend"]

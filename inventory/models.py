@@ -71,6 +71,10 @@ class Node(models.Model):
     provisioning_attempt = models.PositiveIntegerField(default=0)
 
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Timestamp (seconds since the epoch, node clock) of the newest GPU sample rolled up into GpuMinute:
+    # a replayed report's samples at or before it are skipped. A float, not a datetime, so it compares
+    # exactly with the samples' own timestamps.
+    samples_rolled_up_until = models.FloatField(null=True, blank=True)
     agent_version = models.CharField(max_length=40, blank=True)
     engine_version = models.CharField(max_length=40, blank=True)
     runc_version = models.CharField(max_length=40, blank=True)
@@ -157,3 +161,48 @@ class NodeEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id} {self.kind}"
+
+
+class GpuMinute(models.Model):
+    """One GPU's samples of one UTC minute, rolled up: for charts, idle reclaim and usage accounting.
+
+    Averages are kept as sums and counts, so partial rollups of a minute
+    (reports that arrive in different batches) merge exactly. `samples`
+    counts samples with a utilization reading; `power_samples` those with a
+    power reading (some GPUs report none).
+    """
+
+    # No index of its own: the unique (gpu, minute) index leads with it.
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="minutes", db_index=False)
+    minute = models.DateTimeField(help_text="Start of the UTC minute.")
+    samples = models.PositiveIntegerField()
+    utilization_sum = models.FloatField()
+    utilization_max = models.FloatField()
+    memory_used_max_mb = models.PositiveIntegerField(null=True, blank=True)
+    power_samples = models.PositiveIntegerField(default=0)
+    power_sum = models.FloatField(default=0.0)
+    temperature_max = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["gpu_id", "minute"]
+        constraints = [
+            # The upsert's conflict target; its index also serves "minutes of these GPUs in this range".
+            models.UniqueConstraint(fields=["gpu", "minute"], name="gpu_minute_once"),
+            models.CheckConstraint(condition=models.Q(samples__gt=0), name="gpu_minute_has_samples"),
+            models.CheckConstraint(
+                condition=models.Q(power_samples__lte=models.F("samples")), name="gpu_minute_power_samples_bounded"
+            ),
+        ]
+        # The retention purge deletes the oldest minutes across every GPU.
+        indexes = [models.Index(fields=["minute"], name="gpu_minute_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id}@{self.minute:%Y-%m-%dT%H:%MZ}"
+
+    @property
+    def utilization_avg(self) -> float:
+        return self.utilization_sum / self.samples
+
+    @property
+    def power_avg(self) -> float | None:
+        return self.power_sum / self.power_samples if self.power_samples else None

@@ -1,7 +1,9 @@
-"""Reads of the inventory app: pools and their capacity, nodes, GPUs, events."""
+"""Reads of the inventory app: pools and their capacity, nodes, GPUs, events, per-minute GPU rollups."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.cache import cache
@@ -9,7 +11,7 @@ from django.db.models import Count, Q, QuerySet
 
 from inventory.choices import LIVE_STATES, GpuHealth, NodeState, RuntimeKind
 from inventory.holds import holds_on_nodes
-from inventory.models import Gpu, Node, NodeEvent, NodePool
+from inventory.models import Gpu, GpuMinute, Node, NodeEvent, NodePool
 from tenants.context import Actor
 from tenants.models import Membership
 
@@ -115,3 +117,88 @@ def simulated_nodes_to_heartbeat() -> list[tuple[str, int, str]]:
 def unknown_agents() -> dict[str, str]:
     """Return {node name: last seen} of agents reporting for nodes nobody registered (the recent ones)."""
     return dict(cache.get(UNKNOWN_AGENTS_KEY) or {})
+
+
+# --- per-minute GPU rollups -------------------------------------------------------------
+
+MinuteRow = tuple[int, float, float, int | None]
+"""One rollup minute as charts read it: (start of the minute in seconds since the epoch, average
+utilization, maximum utilization, maximum memory used in MB or None)."""
+
+
+def minute_start(at: datetime) -> datetime:
+    """Return the start of the UTC minute holding `at`."""
+    return at.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def _minute_rows(rows: Iterable[tuple[Any, datetime, int, float, float, int | None]]) -> dict[Any, list[MinuteRow]]:
+    """Group (key, minute, samples, utilization sum, utilization max, memory max) rows by key, each minute once."""
+    grouped: dict[Any, dict[int, MinuteRow]] = {}
+    for key, minute, samples, utilization_sum, utilization_max, memory in rows:
+        at = int(minute.timestamp())
+        grouped.setdefault(key, {})[at] = (at, round(utilization_sum / samples, 2), utilization_max, memory)
+    return {key: sorted(minutes.values()) for key, minutes in grouped.items()}
+
+
+_ROW_FIELDS = ("minute", "samples", "utilization_sum", "utilization_max", "memory_used_max_mb")
+
+
+def gpu_minutes_in(windows: Iterable[tuple[int, datetime, datetime | None]]) -> dict[int, list[MinuteRow]]:
+    """Return {GPU id: rollup minutes, oldest first} of the minutes overlapping each (GPU id, start, end) window.
+
+    A minute overlaps a window when it ends after `start` and begins before
+    `end` (None: no end), so a minute in which a GPU changed hands belongs
+    to both holders' windows. One query.
+    """
+    condition = Q()
+    for gpu_id, start, end in windows:
+        window = Q(gpu_id=gpu_id, minute__gte=minute_start(start))
+        if end is not None:
+            window &= Q(minute__lt=end)
+        condition |= window
+    if not condition:
+        return {}
+    rows = GpuMinute.objects.filter(condition).order_by("gpu_id", "minute").values_list("gpu_id", *_ROW_FIELDS)
+    return _minute_rows(rows)
+
+
+def node_gpu_minutes(node: Node, *, since: datetime) -> dict[str, list[MinuteRow]]:
+    """Return {GPU UUID: rollup minutes since `since`, oldest first} for the present GPUs of `node`. One query."""
+    rows = (
+        GpuMinute.objects.filter(gpu__node=node, gpu__present=True, minute__gte=minute_start(since))
+        .order_by("gpu_id", "minute")
+        .values_list("gpu__uuid", *_ROW_FIELDS)
+    )
+    return _minute_rows(rows)
+
+
+# --- live streams -----------------------------------------------------------------------
+
+
+def live_node(name: str) -> dict[str, Any] | None:
+    """Return {name, pool, gpus: [{uuid, index, model}]} of node `name` (present GPUs by index), or None."""
+    node = Node.objects.select_related("pool").filter(name=name).first()
+    if node is None:
+        return None
+    gpus = node.gpus.filter(present=True).order_by("index").values("uuid", "index", "model")
+    return {"name": node.name, "pool": node.pool.name, "gpus": list(gpus)}
+
+
+def live_cluster() -> list[dict[str, Any]]:
+    """Return every node not retired as {name, pool, state, gpus: [{uuid, index, model}]}, by pool then name.
+
+    Two queries whatever the cluster's size.
+    """
+    nodes = list(
+        Node.objects.exclude(state=NodeState.RETIRED)
+        .order_by("pool__name", "name")
+        .values("id", "name", "pool__name", "state")
+    )
+    gpus: dict[int, list[dict[str, Any]]] = {node["id"]: [] for node in nodes}
+    rows = Gpu.objects.filter(node_id__in=list(gpus), present=True).order_by("node_id", "index")
+    for node_id, uuid, index, model in rows.values_list("node_id", "uuid", "index", "model"):
+        gpus[node_id].append({"uuid": uuid, "index": index, "model": model})
+    return [
+        {"name": node["name"], "pool": node["pool__name"], "state": node["state"], "gpus": gpus[node["id"]]}
+        for node in nodes
+    ]

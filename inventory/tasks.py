@@ -8,9 +8,11 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
+from django.utils import timezone
 
 from inventory import mailbox, selectors, services
 from inventory.agent.simulated import simulated_reports
+from inventory.services.rollups import purge_expired_minutes
 
 HEARTBEAT_LOCK = "inventory:apply-heartbeats"
 
@@ -60,3 +62,9 @@ def check_nodes() -> dict[str, Any]:
         ),
         "maintenance": services.settle_draining_nodes(),
     }
+
+
+@shared_task(name="inventory.purge_telemetry", ignore_result=True)
+def purge_telemetry() -> int:
+    """Periodic (daily): delete per-minute GPU rollups older than TELEMETRY_RETENTION_DAYS."""
+    return purge_expired_minutes(now=timezone.now())

@@ -1,8 +1,11 @@
-"""What agents report: heartbeats with the latest GPU samples, and the GPU faults they reveal.
+"""What agents report: heartbeats with the latest GPU samples, their sample history, and the GPU faults they reveal.
 
-A report is a JSON dict `{"node", "agent_version", "sent_at", "samples": [GpuSample as dict]}`.
-Reports are applied in batches with a fixed number of queries per batch
-(not per node), so one controller keeps up with thousands of agents.
+A report is a JSON dict `{"node", "agent_version", "sent_at", "samples":
+[GpuSample as dict], "history": {uuid: [[timestamp, utilization, memory,
+power, temperature], ...]}}`. Reports are applied in batches with a fixed
+number of queries per batch (not per node), so one controller keeps up with
+thousands of agents; the history goes to the per-minute rollups
+(`inventory.services.rollups`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from inventory.mailbox import fresh
 from inventory.models import Gpu, Node
 from inventory.selectors import UNKNOWN_AGENTS_KEY
 from inventory.services.nodes import record_node_event, resume_node, transition_node
+from inventory.services.rollups import roll_up_reports
 from tenants.context import SYSTEM
 
 
@@ -55,14 +59,16 @@ def _store_samples(rows: list[tuple[float | None, int | None, dict[str, Any], da
         )
 
 
-def _apply_samples(nodes: dict[str, Node], reports: list[dict[str, Any]], now: datetime) -> list[tuple[Gpu, dict]]:
+def _present_gpus(nodes: dict[str, Node]) -> dict[str, Gpu]:
+    """Return the present GPUs of `nodes` by UUID, with what samples and faults need loaded."""
+    gpus = Gpu.objects.filter(node__in=list(nodes.values()), present=True)
+    return {gpu.uuid: gpu for gpu in gpus.only("id", "uuid", "node_id", "index", "health")}
+
+
+def _apply_samples(
+    nodes: dict[str, Node], by_uuid: dict[str, Gpu], reports: list[dict[str, Any]], now: datetime
+) -> list[tuple[Gpu, dict]]:
     """Store the latest sample of every GPU reported; return (gpu, sample) pairs that call for a health change."""
-    by_uuid = {
-        gpu.uuid: gpu
-        for gpu in Gpu.objects.filter(node__in=list(nodes.values()), present=True).only(
-            "id", "uuid", "node_id", "index", "health"
-        )
-    }
     rows: list[tuple[float | None, int | None, dict[str, Any], datetime, int]] = []
     faults: list[tuple[Gpu, dict]] = []
     for report in reports:
@@ -107,35 +113,56 @@ def fail_gpu(gpu: Gpu, *, health: GpuHealth, reason: str) -> None:
         )
 
 
-def record_heartbeats(reports: list[dict[str, Any]]) -> int:
+def record_heartbeats(reports: list[dict[str, Any]], *, stale: list[dict[str, Any]] | None = None) -> int:
     """Apply a batch of agent reports; return how many came from registered nodes.
 
     Updates last heartbeat and agent version, stores the latest GPU samples,
-    brings unreachable nodes back and acts on GPU faults. Reports for
-    unknown or retired nodes are ignored (their names are remembered for the
-    registration page). Idempotent: replaying a report changes nothing new.
+    brings unreachable nodes back, acts on GPU faults, and rolls the samples'
+    history up per minute. `stale` reports (too old to prove their node is
+    alive) contribute their history to the rollups and nothing else. Reports
+    for unknown or retired nodes are ignored (the names of fresh ones are
+    remembered for the registration page). Idempotent: replaying a report
+    changes nothing new.
     """
     now = timezone.now()
     reports = [r for r in reports if isinstance(r.get("node"), str)]
+    stale = [r for r in stale or [] if isinstance(r.get("node"), str)]
     names = {r["node"] for r in reports}
-    nodes = {n.name: n for n in Node.objects.filter(name__in=names).exclude(state=NodeState.RETIRED)}
+    wanted = names | {r["node"] for r in stale}
+    nodes = {n.name: n for n in Node.objects.filter(name__in=wanted).exclude(state=NodeState.RETIRED)}
     if names - nodes.keys():
         _remember_unknown(names - nodes.keys(), now)
     reports = [r for r in reports if r["node"] in nodes]
-    if not reports:
+    stale = [r for r in stale if r["node"] in nodes]
+    if not reports and not stale:
         return 0
     with transaction.atomic():
-        Node.objects.filter(pk__in=[n.pk for n in nodes.values()]).update(last_heartbeat_at=now)
-        _record_agent_versions(nodes, reports)
-        faults = _apply_samples(nodes, reports, now)
-        for gpu, sample in faults:
-            verdict = assess_sample(sample)
-            assert verdict is not None
-            fail_gpu(gpu, health=verdict.health, reason=verdict.reason)
-        for node in nodes.values():
-            if node.state == NodeState.UNREACHABLE:
-                resume_node(Node.objects.select_for_update().get(pk=node.pk))
+        gpus = _present_gpus(nodes)
+        # Stale reports first: their samples are older, and the replay mark only moves forward.
+        roll_up_reports(
+            [*stale, *reports],
+            nodes={name: node.pk for name, node in nodes.items()},
+            gpus={uuid: (gpu.pk, gpu.node_id) for uuid, gpu in gpus.items()},
+            now=now,
+        )
+        if reports:
+            _record_liveness({name: nodes[name] for name in names if name in nodes}, gpus, reports, now)
     return len(reports)
+
+
+def _record_liveness(
+    nodes: dict[str, Node], gpus: dict[str, Gpu], reports: list[dict[str, Any]], now: datetime
+) -> None:
+    """Apply what fresh reports prove: the nodes are alive, their versions, latest samples and GPU faults."""
+    Node.objects.filter(pk__in=[n.pk for n in nodes.values()]).update(last_heartbeat_at=now)
+    _record_agent_versions(nodes, reports)
+    for gpu, sample in _apply_samples(nodes, gpus, reports, now):
+        verdict = assess_sample(sample)
+        assert verdict is not None
+        fail_gpu(gpu, health=verdict.health, reason=verdict.reason)
+    for node in nodes.values():
+        if node.state == NodeState.UNREACHABLE:
+            resume_node(Node.objects.select_for_update().get(pk=node.pk))
 
 
 def _record_agent_versions(nodes: dict[str, Node], reports: list[dict[str, Any]]) -> None:
@@ -147,10 +174,15 @@ def _record_agent_versions(nodes: dict[str, Node], reports: list[dict[str, Any]]
 
 
 def apply_agent_reports(reports: list[dict[str, Any]]) -> int:
-    """Apply the reports agents posted, skipping stale ones; return how many were applied.
+    """Apply the reports agents posted; return how many were fresh enough to count as heartbeats.
 
     A report older than the heartbeat timeout (a backlog after a controller
-    outage) proves nothing about the node now, so it must not revive it.
+    outage) proves nothing about the node now, so it must not revive it;
+    its samples are still real, so their history is rolled up all the same.
     """
     max_age = float(settings.NODE_HEARTBEAT_TIMEOUT_SECONDS)
-    return record_heartbeats([report for report in reports if fresh(report, max_age=max_age)])
+    fresh_reports: list[dict[str, Any]] = []
+    stale: list[dict[str, Any]] = []
+    for report in reports:
+        (fresh_reports if fresh(report, max_age=max_age) else stale).append(report)
+    return record_heartbeats(fresh_reports, stale=stale)

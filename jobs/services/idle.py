@@ -1,7 +1,9 @@
 """Idle notebook reclaim: notice activity, warn the owner, then stop the notebook and free its GPUs.
 
 A running notebook is active while any GPU it holds works at or above
-NOTEBOOK_IDLE_UTILIZATION percent (the latest heartbeat sample), or while
+NOTEBOOK_IDLE_UTILIZATION percent (in its latest heartbeat sample, or at
+its peak in any per-minute rollup of the last TELEMETRY_IDLE_WINDOW_SECONDS
+while the notebook held it: a burst between two checks counts), or while
 its Jupyter server has a busy kernel or reports activity newer than the
 last seen (API use, kernel output, terminals). An open browser tab alone is
 not activity: a tab left open overnight must not hold GPUs.
@@ -27,12 +29,15 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Exists, Q
 from django.utils import timezone
 
 from gpucloud.errors import Conflict
+from inventory.selectors import minute_start
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
 from jobs.jupyter import ActivitySource, JupyterActivity, JupyterClient, JupyterUnavailable
 from jobs.models import Allocation, Replica, Workload, WorkloadEvent
+from jobs.selectors import minutes_while_held
 from jobs.services.stopping import stop_workload
 from tenants.choices import Role
 from tenants.context import Actor
@@ -62,13 +67,19 @@ def _duration(seconds: float) -> str:
     return f"{hours} hours" + (f" {rest} minute{'' if rest == 1 else 's'}" if rest else "")
 
 
-def _busy_on_gpu(workload_ids: list[int]) -> set[int]:
-    """Return which workloads hold a GPU whose latest sample is at or above the idle threshold."""
+def _busy_on_gpu(workload_ids: list[int], *, now: datetime) -> set[int]:
+    """Return which workloads hold a GPU busy at or above the idle threshold, now or lately.
+
+    Busy: the GPU's latest sample is at or above it, or its peak is in a
+    rollup minute of the last TELEMETRY_IDLE_WINDOW_SECONDS from the minute
+    the workload took the GPU on. One query.
+    """
     threshold = float(settings.NOTEBOOK_IDLE_UTILIZATION)
-    held = Allocation.all_tenants.filter(
-        workload_id__in=workload_ids, released_at__isnull=True, gpu__utilization__gte=threshold
-    )
-    return set(held.values_list("workload_id", flat=True))
+    since = minute_start(now - timedelta(seconds=settings.TELEMETRY_IDLE_WINDOW_SECONDS))
+    busy_minutes = minutes_while_held().filter(minute__gte=since, minute__lte=now, utilization_max__gte=threshold)
+    held = Allocation.all_tenants.filter(workload_id__in=workload_ids, released_at__isnull=True, gpu__isnull=False)
+    busy = held.filter(Q(gpu__utilization__gte=threshold) | Exists(busy_minutes))
+    return set(busy.values_list("workload_id", flat=True))
 
 
 def _endpoints(notebooks: list[Workload]) -> dict[int, str]:
@@ -126,7 +137,7 @@ def check_idle_notebooks(*, now: datetime, source: ActivitySource | None = None)
     if not notebooks:
         return dict(counts)
     ids = [workload.pk for workload in notebooks]
-    gpu_busy = _busy_on_gpu(ids)
+    gpu_busy = _busy_on_gpu(ids, now=now)
     endpoints = _endpoints(notebooks)
     jupyter = _probe(notebooks, endpoints, source or JupyterClient())
     counts["unreachable"] = len(endpoints) - len(jupyter)
