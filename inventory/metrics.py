@@ -15,6 +15,7 @@ it in as `holders`.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -184,14 +185,15 @@ class InventoryCollector(Collector):
 
     def _nodes(self) -> Iterator[Metric]:
         nodes = node_rows()
-        counts = {(pool, state.value): 0 for pool in pool_names() for state in NodeState}
+        # Every pool and state is listed, so a state no node is in reads 0 rather than "no data".
+        counts = Counter({(pool, state.value): 0 for pool in pool_names() for state in NodeState})
         heartbeats = GaugeMetricFamily(
             "gpucloud_node_last_heartbeat_timestamp_seconds",
             "When each node's agent last reported (Unix time); absent for nodes that never did and retired ones.",
             labels=["node", "pool"],
         )
         for node in nodes:
-            counts[(node["pool__name"], node["state"])] = counts.get((node["pool__name"], node["state"]), 0) + 1
+            counts[(node["pool__name"], node["state"])] += 1
             if node["last_heartbeat_at"] is not None and node["state"] != NodeState.RETIRED:
                 heartbeats.add_metric([node["name"], node["pool__name"]], node["last_heartbeat_at"].timestamp())
         states = GaugeMetricFamily("gpucloud_nodes", "Nodes by pool and lifecycle state.", labels=["pool", "state"])
