@@ -10,8 +10,8 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from frontend.consumers.auth import LiveAuthMiddleware  # noqa: E402
 from frontend.routing import websocket_urlpatterns  # noqa: E402
 from jobs.proxy import NotebookProxy  # noqa: E402
 
@@ -19,7 +19,8 @@ application = NotebookProxy(
     ProtocolTypeRouter(
         {
             "http": django_asgi_app,
-            "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+            # The session's user first, then a token (which wins) and the Origin rule: LiveAuthMiddleware.
+            "websocket": AuthMiddlewareStack(LiveAuthMiddleware(URLRouter(websocket_urlpatterns))),
         }
     )
 )

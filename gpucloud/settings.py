@@ -151,6 +151,30 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
 
+# --- Live data (WebSocket streams) ---------------------------------------------------
+# Every live stream (logs, GPU samples, workload events, access changes) goes through the
+# "live" channel layer. Distributed, the default is Redis pub/sub: one delivery per web
+# process and group, fanned out in the process, where the stock layer ("core") pushes one
+# copy per consumer through Redis lists. Embedded, an in-memory layer that threads may publish to.
+LIVE_CHANNEL_LAYER = env_str("LIVE_CHANNEL_LAYER", "pubsub") or "pubsub"
+if LIVE_CHANNEL_LAYER not in ("pubsub", "core"):
+    raise ImproperlyConfigured(f"LIVE_CHANNEL_LAYER={LIVE_CHANNEL_LAYER!r} must be pubsub or core.")
+_LIVE_BACKENDS = {
+    "pubsub": "channels_redis.pubsub.RedisPubSubChannelLayer",
+    "core": "channels_redis.core.RedisChannelLayer",
+}
+if EMBEDDED:
+    CHANNEL_LAYERS["live"] = {"BACKEND": "gpucloud.live_layer.InProcessChannelLayer"}
+else:
+    CHANNEL_LAYERS["live"] = {"BACKEND": _LIVE_BACKENDS[LIVE_CHANNEL_LAYER], "CONFIG": {"hosts": [REDIS_URL]}}
+# Open live connections per user, across web processes; one more is closed with code 4429.
+LIVE_MAX_CONNECTIONS_PER_USER = env_int("LIVE_MAX_CONNECTIONS_PER_USER", 20, minimum=1, maximum=10000)
+# Log lines a log stream starts with when the client names none (`?tail=`), and the most it may ask for.
+LIVE_LOG_TAIL_DEFAULT = env_int("LIVE_LOG_TAIL_DEFAULT", 200, minimum=0, maximum=5000)
+LIVE_LOG_TAIL_MAX = env_int("LIVE_LOG_TAIL_MAX", 5000, minimum=1, maximum=100000)
+# Seconds between the backstop re-checks of every open stream's access (revocations arrive as messages at once).
+LIVE_RECHECK_SECONDS = env_int("LIVE_RECHECK_SECONDS", 60, minimum=5, maximum=3600)
+
 CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
 CELERY_BROKER_TRANSPORT_OPTIONS = {} if REDIS_URL else {"polling_interval": 0.01}
 CELERY_RESULT_BACKEND = REDIS_URL

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-
+from gpucloud.live_layer import publish
 from inventory.mailbox import post_report
 
 
@@ -16,7 +14,5 @@ def send_report_to_controller(report: dict[str, Any]) -> None:
 
 
 def publish_samples(group: str, samples: list[dict[str, Any]]) -> None:
-    """Send the latest samples to the channel layer group watching the node."""
-    layer = get_channel_layer()
-    if layer is not None:
-        async_to_sync(layer.group_send)(group, {"type": "gpu.samples", "samples": samples})
+    """Send the latest samples to the live layer's group watching the node (queued: never blocks sampling)."""
+    publish([(group, {"type": "gpu.samples", "samples": samples})])

@@ -18,7 +18,7 @@ from datetime import datetime
 from django.db import connection
 from django.db.models import F
 
-from jobs import dispatch
+from jobs import dispatch, live
 from jobs.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, Workload, WorkloadEvent
 from jobs.scheduler import core
@@ -40,7 +40,12 @@ class PassResult:
 def commit(decisions: core.Decisions, ledger: Ledger, now: datetime, result: PassResult) -> None:
     held = _preempt(decisions.preemptions, ledger, now, result)
     _place(decisions.placements, ledger, now, result, held)
-    _record_waiting(decisions.waiting, ledger, result)
+    reasons_changed = _record_waiting(decisions.waiting, ledger, result)
+    # Live streams hear of it after commit: one message per tenant for the rows, one per moved workload,
+    # and one per node whose GPUs changed hands (a workload skipped above is announced unchanged: harmless).
+    moved = [int(p.victim) for p in decisions.preemptions] + [int(key) for key in decisions.placements]
+    live.publish_workload_changes([*moved, *reasons_changed], state_changed=moved)
+    live.publish_gpus_allocated(r.node for replicas in decisions.placements.values() for r in replicas)
 
 
 def _preempt(preemptions: tuple[core.Preemption, ...], ledger: Ledger, now: datetime, result: PassResult) -> set[str]:
@@ -197,8 +202,8 @@ def _placed_message(replicas: tuple[core.ReplicaAllocation, ...]) -> str:
     return f"Scheduled on {where}."
 
 
-def _record_waiting(waiting: Mapping[str, core.Waiting], ledger: Ledger, result: PassResult) -> None:
-    """Write reason, message, hint and queue position of each waiting workload whose values changed.
+def _record_waiting(waiting: Mapping[str, core.Waiting], ledger: Ledger, result: PassResult) -> list[int]:
+    """Write reason, message, hint and queue position of each waiting workload whose values changed; return their ids.
 
     Only pending rows are touched (`state` is part of the WHERE), so a
     workload cancelled meanwhile keeps its own reason.
@@ -216,7 +221,7 @@ def _record_waiting(waiting: Mapping[str, core.Waiting], ledger: Ledger, result:
             rows.append((*values, current["id"]))
     result.waiting = len(waiting)
     if not rows:
-        return
+        return []
     table = connection.ops.quote_name(Workload._meta.db_table)
     # The only interpolated part is the model's own table name, quoted by the backend; executemany is
     # pipelined by the driver, where bulk_update would build a CASE expression per row and field.
@@ -226,6 +231,7 @@ def _record_waiting(waiting: Mapping[str, core.Waiting], ledger: Ledger, result:
     )
     with connection.cursor() as cursor:
         cursor.executemany(sql, rows)
+    return [row[-1] for row in rows]
 
 
 def _event(row: Row, from_state: str, to_state: str, reason_code: str, message: str, now: datetime) -> WorkloadEvent:

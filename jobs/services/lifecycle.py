@@ -15,6 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from jobs import live
 from jobs.choices import WorkloadState, can_transition
 from jobs.models import Allocation, Workload, WorkloadEvent
 
@@ -65,11 +66,15 @@ def transition_workload(
         message=message,
         created_at=now,
     )
+    live.publish_workload_changes([workload_id], state_changed=[workload_id])
     return True
 
 
 def release_allocations(*, workload_id: int) -> int:
     """Mark the workload's active allocations released now; return how many were. Idempotent."""
-    return Allocation.all_tenants.filter(workload_id=workload_id, released_at__isnull=True).update(
+    released = Allocation.all_tenants.filter(workload_id=workload_id, released_at__isnull=True).update(
         released_at=timezone.now()
     )
+    if released:
+        live.publish_allocations_changed(workload_id)
+    return released

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
+from jobs import live
 from jobs.models import LogChunk, Replica, Workload
 from tenants.models import Tenant
 
@@ -171,6 +172,7 @@ def _store(
         lines=stored,
         size_bytes=batch.size,
     )
+    live.publish_log_lines(workload_id, stored)
     return len(stored)
 
 

@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from gpucloud.errors import Conflict, invalid
 from inventory.models import NodePool
+from jobs import live
 from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Workload, WorkloadEvent
 from jobs.services import images
@@ -118,6 +119,7 @@ def submit(
     rules.check_counts(specs, limits, project, owner)
     workloads = _insert(actor, project, owner, specs, idempotency_key, digest)
     request_scheduling_pass()
+    live.publish_workload_changes(w.pk for w in workloads)
     return Submission(workloads=workloads, created=True)
 
 

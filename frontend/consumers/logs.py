@@ -1,0 +1,99 @@
+"""`/ws/workloads/<id>/logs/?tail=N | ?after=SEQ`: a workload's stored log lines, then each new batch as stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from frontend.consumers.base import REVOKED, BadParameter, LiveConsumer, int_param
+from jobs.live import logs_group, state_message, workload_group
+from jobs.models import Workload
+from jobs.selectors import live_log_lines, live_log_tail, live_workload_state, watchable_workload
+from tenants.context import Actor
+
+# Lines per message when the snapshot or a catch-up reads many.
+PAGE = 1000
+MAX_SEQ = 2**63 - 1
+
+
+class LogConsumer(LiveConsumer):
+    """Sends each line once, in order: `last_seq` drops what was sent, a gap is filled from the database first."""
+
+    workload_id: int
+    workload: Workload
+    tail: int
+    after: int | None
+    last_seq = 0
+    state: str | None = None
+
+    def parse(self, route: dict[str, Any], params: dict[str, str]) -> None:
+        self.workload_id = int(route["workload_id"])
+        if "tail" in params and "after" in params:
+            raise BadParameter("tail, after: give one or the other")
+        maximum = int(settings.LIVE_LOG_TAIL_MAX)
+        default = min(int(settings.LIVE_LOG_TAIL_DEFAULT), maximum)
+        self.tail = int_param(params, "tail", default=default, minimum=0, maximum=maximum) or 0
+        self.after = int_param(params, "after", default=None, minimum=0, maximum=MAX_SEQ)
+
+    def authorize(self, actor: Actor) -> bool:
+        workload = watchable_workload(actor, self.workload_id)
+        if workload is not None:
+            self.workload = workload
+        return workload is not None
+
+    async def start(self) -> None:
+        await self.join(logs_group(self.workload_id))
+        await self.join(workload_group(self.workload_id))
+        if self.after is None:
+            self.last_seq, lines = await database_sync_to_async(live_log_tail)(self.workload, tail=self.tail)
+            await self.emit({"type": "lines", "snapshot": True, "lines": lines})
+        else:
+            self.last_seq = self.after
+            await self.catch_up(snapshot=True)
+        state = await database_sync_to_async(live_workload_state)(self.workload_id)
+        if state is not None:
+            await self.send_state(state)
+
+    async def catch_up(self, *, snapshot: bool = False) -> None:
+        """Send every stored line after `last_seq`, a page per message (the first one marked as the snapshot)."""
+        while True:
+            lines = await database_sync_to_async(live_log_lines)(self.workload, since=self.last_seq, limit=PAGE)
+            if lines or snapshot:
+                await self.send_lines(lines, snapshot=snapshot)
+            snapshot = False
+            if len(lines) < PAGE:
+                return
+
+    async def send_lines(self, lines: list[list[Any]], *, snapshot: bool = False) -> None:
+        message: dict[str, Any] = {"type": "lines", "snapshot": True} if snapshot else {"type": "lines"}
+        await self.emit({**message, "lines": lines})
+        if lines:
+            self.last_seq = max(self.last_seq, lines[-1][0])
+
+    async def send_state(self, state: str) -> None:
+        if state != self.state:
+            self.state = state
+            message = state_message(state)
+            await self.emit({"type": "state", "state": message["state"], "ended": message["ended"]})
+
+    # --- group messages ---------------------------------------------------------------------
+
+    async def log_lines(self, event: dict[str, Any]) -> None:
+        fresh = [line for line in event["lines"] if line[0] > self.last_seq]
+        if fresh and fresh[0][0] > self.last_seq + 1:
+            # A batch went missing (a full queue, a Redis blip): the database has it.
+            await self.catch_up()
+            fresh = [line for line in fresh if line[0] > self.last_seq]
+        if fresh:
+            await self.send_lines(fresh)
+
+    async def workload_changed(self, event: dict[str, Any]) -> None:
+        await self.send_state(event["state"])
+
+    async def workload_allocations(self, event: dict[str, Any]) -> None:
+        """Allocations are the metrics stream's concern."""
+
+    async def workload_deleted(self, event: dict[str, Any]) -> None:
+        await self.close_with(REVOKED, "the workload was deleted")
