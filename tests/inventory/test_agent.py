@@ -22,6 +22,7 @@ from inventory.agent.probe import probe_node
 from inventory.agent.reporter import Reporter, node_gpu_group
 from inventory.choices import NodeState
 from inventory.drivers import make_probe
+from inventory.drivers.simulated import SimulatedProbe
 from inventory.models import Gpu, Node, NodeEvent, agent_queue_for
 from inventory.tasks import apply_heartbeats, heartbeat_simulated_nodes
 from tenants.context import Actor
@@ -73,6 +74,60 @@ def test_reporter_survives_a_broken_transport() -> None:
 
     reporter = Reporter(node="r2", probe=make_probe("simulated", node_name="r2", gpu_count=1), send_report=broken)
     assert reporter.tick() is True  # logged, not raised
+
+
+def _history(report: dict[str, Any]) -> list[float]:
+    """Return the timestamps of a one-GPU report's history."""
+    (points,) = report["history"].values()
+    return [point[0] for point in points]
+
+
+def test_reporter_sends_every_sample_since_its_last_report_and_flushes_each_new_minute() -> None:
+    clock = Clock()
+    probe = SimulatedProbe("r3", gpu_count=1, clock=clock)
+    reports: list[dict[str, Any]] = []
+    reporter = Reporter(node="r3", probe=probe, send_report=reports.append, heartbeat_seconds=5.0, clock=clock)
+    sent = []
+    for now in (117.5, 118.5, 119.5, 120.5, 121.5, 122.5, 123.5):
+        clock.now = now
+        sent.append(reporter.tick())
+    assert sent == [True, False, False, True, False, True, False]
+    assert [_history(report) for report in reports] == [[117.5], [118.5, 119.5, 120.5], [121.5, 122.5]], (
+        "the first sample of minute 2 flushes minute 1 without moving the heartbeat's phase (117.5 + 5)"
+    )
+    (sample,) = reports[1]["samples"]  # the latest reading of each GPU, as before
+    fields = ("timestamp", "utilization_gpu", "memory_used_mb", "power_w", "temperature_c")
+    assert reports[1]["history"][sample["uuid"]][-1] == [sample[field] for field in fields]
+    assert sample["timestamp"] == 120.5 and None not in reports[1]["history"][sample["uuid"]][-1]
+
+
+def test_reporter_keeps_unsent_history_for_a_bounded_time_and_sends_it_once_it_can() -> None:
+    clock = Clock()
+    probe = SimulatedProbe("r4", gpu_count=2, clock=clock)
+    reports: list[dict[str, Any]] = []
+    down = True
+
+    def send(report: dict[str, Any]) -> None:
+        if down:
+            raise ConnectionError("redis is down")
+        reports.append(report)
+
+    reporter = Reporter(node="r4", probe=probe, send_report=send, max_backlog_seconds=10.0, clock=clock)
+    for second in range(30):
+        clock.now = float(second)
+        reporter.tick()
+    assert all(len(points) == 11 for points in reporter.history.values()), "the last 10 s, both ends included"
+    down = False
+    clock.now = 30.0
+    assert reporter.tick() is True
+    assert [len(points) for points in reports[0]["history"].values()] == [11, 11]
+    assert reports[0]["history"][probe.inventory().gpus[1].uuid][0][0] == 20.0
+    assert reporter.history == {}, "what got through is not sent again"
+    clock.now = 31.0
+    reporter.tick()
+    clock.now = 35.0
+    reporter.tick()
+    assert [point[0] for point in reports[-1]["history"][probe.inventory().gpus[0].uuid]] == [31.0, 35.0]
 
 
 def test_an_agent_refuses_probes_for_another_node(tmp_path: Path) -> None:

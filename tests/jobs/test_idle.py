@@ -19,7 +19,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from inventory.models import Gpu
+from inventory.models import Gpu, GpuMinute
 from jobs import dispatch
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
 from jobs.jupyter import JupyterActivity, JupyterClient, JupyterUnavailable
@@ -157,6 +157,44 @@ def test_activity_reported_from_a_clock_ahead_counts_as_now(world: World) -> Non
     )
     _check(T0 + 10 * MINUTE, ahead)
     assert _reload(notebook).last_activity_at == T0 + 10 * MINUTE
+
+
+def _busy_minute(workload: Workload, minute: datetime, *, peak: float, average: float = 1.0) -> None:
+    """Roll up one minute of the notebook's GPU: `average` utilization over 60 samples, peaking at `peak`."""
+    gpu = Gpu.objects.get(allocations__workload=workload)
+    GpuMinute.objects.create(gpu=gpu, minute=minute, samples=60, utilization_sum=60 * average, utilization_max=peak)
+
+
+def _taken_at(workload: Workload, at: datetime) -> None:
+    Allocation.all_tenants.filter(workload=workload).update(created_at=at)
+
+
+def test_a_burst_between_two_checks_keeps_the_notebook_alive(world: World, settings: Any) -> None:
+    """The latest sample says idle, but a rollup minute of the last two peaked at the threshold."""
+    settings.TELEMETRY_IDLE_WINDOW_SECONDS = 120
+    notebook = _notebook(world)
+    _taken_at(notebook, T0)
+    _utilization(notebook, 0)
+    _busy_minute(notebook, T0 + 48 * MINUTE, peak=5.0)
+    assert _check(T0 + 50 * MINUTE + timedelta(seconds=10))["active"] == 1, "minute 48 is inside [48, 50:10]"
+    assert _reload(notebook).last_activity_at == T0 + 50 * MINUTE + timedelta(seconds=10)
+    assert _check(T0 + 51 * MINUTE)["active"] == 1, "idle for 50 seconds only"
+    assert _reload(notebook).last_activity_at == T0 + 50 * MINUTE + timedelta(seconds=10), "minute 48 is too old"
+    settings.TELEMETRY_IDLE_WINDOW_SECONDS = 3600
+    assert _check(T0 + 90 * MINUTE)["active"] == 1, "a wider window reaches back to minute 48"
+    assert _check(T0 + 140 * MINUTE)["warned"] == 1, "idle since 90, minute 48 long out of the window"
+
+
+def test_a_low_peak_or_a_previous_holders_burst_does_not_count(world: World) -> None:
+    notebook = _notebook(world)
+    _taken_at(notebook, T0 + 49 * MINUTE + timedelta(seconds=30))
+    _utilization(notebook, 0)
+    _busy_minute(notebook, T0 + 48 * MINUTE, peak=100.0, average=100.0)  # before it took the GPU
+    _busy_minute(notebook, T0 + 49 * MINUTE, peak=4.9)  # the minute it took it on counts, but stayed low
+    _busy_minute(notebook, T0 + 51 * MINUTE, peak=100.0)  # stamped after the check by a clock ahead
+    assert _check(T0 + 50 * MINUTE)["warned"] == 1
+    _busy_minute(notebook, T0 + 50 * MINUTE, peak=30.0, average=0.5)  # a short burst: the peak counts, not the mean
+    assert _check(T0 + 50 * MINUTE + timedelta(seconds=30))["active"] == 1
 
 
 # --- warning and stop -----------------------------------------------------------------------
