@@ -209,6 +209,25 @@ def test_pass_duration_buckets_are_cumulative_upper_bounds(client: Client) -> No
     assert values["gpucloud_scheduling_pass_duration_seconds_sum"] == pytest.approx(30.208)
 
 
+@pytest.mark.redis
+def test_passes_in_another_process_reach_this_ones_scrape(client: Client, settings: Any) -> None:
+    """A controller worker is another process: what it records, the web process reads (through Redis)."""
+    prefix = settings.CACHES["default"]["KEY_PREFIX"]
+    code = (
+        "import django; from django.conf import settings; django.setup(); "
+        f"settings.CACHES['default']['KEY_PREFIX'] = {prefix!r}; "
+        "from jobs.metrics import record_pass_duration; record_pass_duration(0.3); record_pass_duration(0.02)"
+    )
+    environ = {**os.environ, "DJANGO_SETTINGS_MODULE": "gpucloud.settings"}
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    values = _histogram(client)
+    assert (values["0.01"], values["0.025"], values["0.25"], values["0.5"], values["+Inf"]) == (0, 1, 1, 2, 2)
+    assert values["gpucloud_scheduling_pass_duration_seconds_sum"] == pytest.approx(0.32)
+
+
 def test_a_cache_outage_loses_the_observation_not_the_pass(world: World, settings: Any) -> None:
     settings.CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
