@@ -36,7 +36,8 @@ PASS_DURATION_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 _CACHE_PREFIX = "metrics:scheduling-pass"
 # The sum is kept in whole microseconds: cache counters (Redis INCRBY) are integers.
 _SUM_KEY = f"{_CACHE_PREFIX}:sum-us"
-LIVE_STATES: tuple[WorkloadState, ...] = tuple(state for state in WorkloadState if state not in TERMINAL_STATES)
+# The states of workloads not ended yet: the only ones gpucloud_workloads counts.
+NOT_ENDED: tuple[WorkloadState, ...] = tuple(state for state in WorkloadState if state not in TERMINAL_STATES)
 
 
 def _bucket_key(index: int) -> str:
@@ -113,11 +114,9 @@ def workload_counts() -> dict[tuple[str, str], int]:
     Ended workloads are left out: their number only grows with history, and
     counting them would scan it at every scrape. Two queries.
     """
-    counts = {
-        (pool, state.value): 0 for pool in NodePool.objects.values_list("name", flat=True) for state in LIVE_STATES
-    }
+    counts = {(pool, state.value): 0 for pool in NodePool.objects.values_list("name", flat=True) for state in NOT_ENDED}
     rows = (
-        Workload.all_tenants.filter(state__in=LIVE_STATES)
+        Workload.all_tenants.filter(state__in=NOT_ENDED)
         .values("pool__name", "state")
         .annotate(n=Count("id"))
         .order_by()
