@@ -184,6 +184,12 @@ def live_node(name: str) -> dict[str, Any] | None:
     return {"name": node.name, "pool": node.pool.name, "gpus": list(gpus)}
 
 
+def live_node_history(name: str, *, since: datetime) -> dict[str, list[MinuteRow]]:
+    """Return the per-minute rollups of node `name`'s present GPUs since `since`, or {} for no such node."""
+    node = Node.objects.filter(name=name).first()
+    return node_gpu_minutes(node, since=since) if node is not None else {}
+
+
 def live_cluster() -> list[dict[str, Any]]:
     """Return every node not retired as {name, pool, state, gpus: [{uuid, index, model}]}, by pool then name.
 

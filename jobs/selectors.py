@@ -373,6 +373,15 @@ def live_workload_gpus(workload_id: int) -> list[dict[str, Any]]:
     return [{"uuid": uuid, "index": index, "node": node, "model": model} for uuid, index, node, model in rows]
 
 
+def live_workload_history(workload: Workload, *, since: datetime) -> dict[str, list[MinuteRow]]:
+    """Return the per-minute rollups of the GPUs the workload held since `since` (`workload_gpu_minutes`).
+
+    `workload` must come from `watchable_workload`; the read runs in its tenant's scope.
+    """
+    with tenant_scope(workload.tenant):
+        return workload_gpu_minutes(workload, since=since)
+
+
 # --- GPU telemetry ---------------------------------------------------------------------
 # Rollup minutes belong to GPUs, not workloads: a workload's are read through its allocations
 # (the minutes from the one it took the GPU in until it gave it back), so a minute in which a

@@ -12,18 +12,22 @@ to its former holder.
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.utils import timezone
 
 from frontend.consumers.base import REVOKED, LiveConsumer
 from inventory.agent.reporter import node_gpu_group
-from inventory.selectors import live_node
+from inventory.selectors import live_node, live_node_history
 from jobs.live import workload_group
 from jobs.models import Workload
-from jobs.selectors import live_workload_gpus, watchable_workload
+from jobs.selectors import live_workload_gpus, live_workload_history, watchable_workload
 from tenants.context import Actor
 
+# The per-minute history a chart starts with.
+HISTORY = timedelta(hours=1)
 SAMPLE_FIELDS = ("uuid", "index", "utilization_gpu", "memory_used_mb", "memory_total_mb", "power_w", "temperature_c")
 
 
@@ -59,6 +63,10 @@ class WorkloadMetricsConsumer(LiveConsumer):
     async def start(self) -> None:
         await self.join(workload_group(self.workload_id))
         await self.refresh_allocations()
+        since = timezone.now() - HISTORY
+        history = await database_sync_to_async(live_workload_history)(self.workload, since=since)
+        if history:
+            await self.emit({"type": "history", "gpus": history})
 
     async def refresh_allocations(self) -> None:
         """Re-read the GPUs held, follow their nodes' groups, and send `allocations` when they changed."""
@@ -110,6 +118,9 @@ class NodeMetricsConsumer(LiveConsumer):
     async def start(self) -> None:
         await self.join(node_gpu_group(self.name))
         await self.emit({"type": "node", **self.node})
+        history = await database_sync_to_async(live_node_history)(self.name, since=timezone.now() - HISTORY)
+        if history:
+            await self.emit({"type": "history", "gpus": history})
 
     async def gpu_samples(self, event: dict[str, Any]) -> None:
         await self.emit(gpus_message(self.name, [slim(sample) for sample in event["samples"]]))

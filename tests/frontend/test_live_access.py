@@ -151,7 +151,7 @@ def test_operator_streams_are_for_operators_only(world: World, path: str) -> Non
 # --- revocation ------------------------------------------------------------------------------------
 
 
-def _revoked_within(path: str, revoke: Callable[[], None], seconds: float = 5, **kwargs: Any) -> float:
+def _revoked_within(path: str, revoke: Callable[[], object], seconds: float = 5, **kwargs: Any) -> float:
     """Open `path`, read its first message, run `revoke`; return how long until the stream closed with 4403."""
 
     async def scenario() -> float:

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from django.utils import timezone
 
 from inventory.agent.reporter import node_gpu_group
 from inventory.agent.transport import publish_samples
 from inventory.drivers.base import GpuSample
-from inventory.models import Node
+from inventory.models import Gpu, GpuMinute, Node
 from jobs.choices import WorkloadState
 from jobs.models import Workload
 from jobs.services import submit_workload, transition_workload
@@ -107,8 +109,17 @@ def _cancel_and_release(workload_id: int) -> None:
     assert release_allocations(workload_id=workload_id) == 2
 
 
-def test_a_nodes_metrics_carry_every_gpu_for_operators(world: World) -> None:
+def test_a_nodes_metrics_carry_its_history_then_every_gpu_for_operators(world: World) -> None:
     add_node(world, "n1", gpus=2)
+    minute = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=5)
+    GpuMinute.objects.create(
+        gpu=Gpu.objects.get(uuid="GPU-n1-1"),
+        minute=minute,
+        samples=60,
+        utilization_sum=60 * 40.0,
+        utilization_max=90.0,
+        memory_used_max_mb=2048,
+    )
     headers = session_headers(world.operator)
 
     async def scenario() -> None:
@@ -116,6 +127,8 @@ def test_a_nodes_metrics_carry_every_gpu_for_operators(world: World) -> None:
         first = await receive(stream)
         assert first["type"] == "node" and first["name"] == "n1" and first["pool"] == "shared"
         assert [gpu["uuid"] for gpu in first["gpus"]] == ["GPU-n1-0", "GPU-n1-1"]
+        history = await receive(stream)
+        assert history == {"type": "history", "gpus": {"GPU-n1-1": [[int(minute.timestamp()), 40.0, 90.0, 2048]]}}
         publish_samples(node_gpu_group("n1"), _samples("n1", 2, 50.0))
         message = await receive(stream)
         assert [gpu["utilization_gpu"] for gpu in message["gpus"]] == [50.0, 51.0]
