@@ -1,11 +1,16 @@
-"""Browser fixtures: Debian's Chromium driven by Playwright against pytest-django's live server."""
+"""Browser fixtures: Debian's Chromium driven by Playwright against pytest-django's live server (WSGI),
+or against the console's ASGI application under uvicorn where a page needs its WebSockets (`live_page`)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import uvicorn
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
 from tests.conftest import World, chromium_path
 
@@ -34,10 +39,44 @@ def live_world(browser: Any, transactional_db: None, world: World) -> World:
     return world
 
 
+@pytest.fixture(scope="module")
+def asgi_server() -> Iterator[str]:
+    """The console's ASGI application (HTTP, WebSockets) under uvicorn on a free loopback port; yields its URL.
+
+    Static files come from the finders, as the live server serves them: tests run no collectstatic.
+    """
+    from gpucloud.asgi import application
+
+    config = uvicorn.Config(
+        ASGIStaticFilesHandler(application), host="127.0.0.1", port=0, lifespan="off", log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started, "uvicorn did not start"
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
 @pytest.fixture
 def page(browser: Any, live_server: Any) -> Iterator[Any]:
     """A fresh browser page that fails the test on any failed static file or script error."""
-    context = browser.new_context(base_url=live_server.url)
+    yield from _checked_page(browser, live_server.url)
+
+
+@pytest.fixture
+def live_page(browser: Any, asgi_server: str) -> Iterator[Any]:
+    """A fresh browser page on the ASGI server, so its live views connect; fails the test as `page` does."""
+    yield from _checked_page(browser, asgi_server)
+
+
+def _checked_page(browser: Any, base_url: str) -> Iterator[Any]:
+    context = browser.new_context(base_url=base_url)
     tab = context.new_page()
     problems: list[str] = []
     tab.on("pageerror", lambda error: problems.append(f"script error: {error}"))

@@ -207,6 +207,11 @@ class GpuChart {
     if (this.charts.length !== 2) return;
     this.charts[0].setData(this.data(this.util));
     this.charts[1].setData(this.data(this.memory));
+    // Away from the pointer, the legends read the latest values.
+    const latest = this.xs.length - 1;
+    for (const chart of this.charts) {
+      if (latest >= 0 && !(chart.cursor.left >= 0)) chart.setLegend({ idx: latest });
+    }
   }
 
   width() {

@@ -52,6 +52,8 @@ export class LiveSocket {
     this.stopped = false;
     this.socket = null;
     this.timer = null;
+    // The page's open views, for a look from the browser's console (and the browser tests).
+    (window.gpucloudLive ??= []).push(this);
     this.connect();
   }
 
