@@ -47,9 +47,9 @@ def asgi_server() -> Iterator[str]:
     """
     from gpucloud.asgi import application
 
-    config = uvicorn.Config(
-        ASGIStaticFilesHandler(application), host="127.0.0.1", port=0, lifespan="off", log_level="warning"
-    )
+    # The handler passes anything but static files on to any ASGI app; the stubs only name Django's own.
+    served = ASGIStaticFilesHandler(application)  # type: ignore[arg-type]
+    config = uvicorn.Config(served, host="127.0.0.1", port=0, lifespan="on", log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
