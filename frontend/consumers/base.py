@@ -74,6 +74,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     actor: Actor | None = None
     _slot: int | None = None
     _closed = False
+    _joined: set[str]
+    _tasks: list[asyncio.Task[None]]
 
     # --- what subclasses implement ----------------------------------------------------------
 
@@ -91,8 +93,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     # --- connect and close --------------------------------------------------------------------
 
     async def connect(self) -> None:
-        self._joined: set[str] = set()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._joined = set()
+        self._tasks = []
         offered = self.scope.get("subprotocols") or []
         await self.accept(subprotocol=PROTOCOL if PROTOCOL in offered else None)
         self.principal = self.scope.get("live_principal")
@@ -119,9 +121,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self._closed = True
-        for task in self._tasks:
+        # A client gone before `connect` ran has neither.
+        for task in getattr(self, "_tasks", []):
             task.cancel()
-        for group in self._joined:
+        for group in getattr(self, "_joined", set()):
             await self.channel_layer.group_discard(group, self.channel_name)
         if self._slot is not None and self.principal is not None:
             await sync_to_async(release_slot)(self.principal.user_id, self._slot, self.channel_name)
