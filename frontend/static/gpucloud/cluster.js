@@ -121,6 +121,7 @@ function cluster(message) {
   }
   nodes = cellsByNode();
   root.querySelector("[data-heatmap-empty]").hidden = nodes.size > 0;
+  root.dataset.synced = "true";
 }
 
 root.addEventListener("mouseover", (event) => {

@@ -75,6 +75,7 @@ class GpuChart {
   receive(message) {
     if (message.type === "allocations" || message.type === "node") {
       this.addGpus(message.gpus);
+      this.root.dataset.synced = "true";
     } else if (message.type === "history") {
       for (const [uuid, rows] of Object.entries(message.gpus)) {
         for (const [at, average, , memoryMax] of rows) this.put(at, uuid, average, memoryMax);

@@ -202,7 +202,10 @@ function snapshot(rows) {
 new LiveSocket({
   path: root.dataset.ws,
   onmessage: (message) => {
-    if (message.type === "snapshot") snapshot(message.workloads);
+    if (message.type === "snapshot") {
+      snapshot(message.workloads);
+      root.dataset.synced = "true";
+    }
     else if (message.type === "workload") update(message);
     showNew();
   },

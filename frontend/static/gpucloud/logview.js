@@ -143,6 +143,7 @@ class LogView {
     if (!this.viewport.hidden) return;
     this.viewport.hidden = false;
     if (this.staticTail) this.staticTail.hidden = true;
+    this.root.dataset.synced = "true";
   }
 
   scrolled() {
