@@ -27,6 +27,9 @@ from jobs.scheduler import shell
 from jobs.services.lifecycle import transition_workload
 from jobs.services.logs import ingest_log_batch
 from tenants.context import Actor
+from tenants.models import Membership
+from tenants.scoping import tenant_scope
+from tenants.services.members import remove_member
 from tests.browser.test_console import log_in
 from tests.conftest import World
 from tests.inventory.factories import make_node
@@ -292,3 +295,22 @@ def test_a_heatmap_cell_changes_colour_with_its_gpus_utilization(live_world: Wor
     cell.hover()
     assert "GPU 1" in (cell.get_attribute("title") or "") and "95% utilization" in (cell.get_attribute("title") or "")
     assert not_reloaded(live_page)
+
+
+def test_a_member_removed_while_watching_sees_the_log_close(
+    live_world: World, running: Workload, live_page: Any
+) -> None:
+    log = Log(running)
+    log.ship(["before"])
+    open_live(live_page, "member_a", f"/t/tenant-a/workloads/{running.pk}/", "#log")
+    membership = Membership.all_tenants.get(user=live_world.member_a, tenant=live_world.tenant_a)
+    with tenant_scope(live_world.tenant_a):
+        remove_member(actor=Actor(user=live_world.admin_a), membership=membership)
+    removed_at = time.monotonic()
+    badge = live_page.locator("#log [data-live-badge][data-status=refused]")
+    badge.wait_for(timeout=5000)
+    assert time.monotonic() - removed_at < 5 and badge.inner_text() == "closed: access revoked"
+    log.ship(["after the removal"])
+    live_page.wait_for_timeout(500)
+    assert live_page.locator(".log-row", has_text="after the removal").count() == 0
+    assert not_reloaded(live_page), "the page stays as it was, without reconnecting"
