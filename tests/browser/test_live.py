@@ -314,3 +314,32 @@ def test_a_member_removed_while_watching_sees_the_log_close(
     live_page.wait_for_timeout(500)
     assert live_page.locator(".log-row", has_text="after the removal").count() == 0
     assert not_reloaded(live_page), "the page stays as it was, without reconnecting"
+
+
+def test_a_long_log_keeps_the_dom_small_and_memory_capped(running: Workload, live_page: Any) -> None:
+    """112,000 lines through the viewer's message handler: a handful of rows in the DOM, the oldest past the cap go."""
+    open_live(live_page, "member_a", f"/t/tenant-a/workloads/{running.pk}/", "#log")
+    live_page.evaluate(
+        """() => {
+        const live = window.gpucloudLive.find((socket) => socket.path().includes("/logs/"));
+        for (let page = 0; page < 112; page++) {
+          const lines = [];
+          for (let i = 1; i <= 1000; i++) {
+            const seq = page * 1000 + i;
+            lines.push([seq, "2026-01-01T00:00:00Z", "stdout", `step ${seq}`, 1, 0]);
+          }
+          live.onmessage({ type: "lines", lines });
+        }
+      }"""
+    )
+    viewer = live_page.locator("#log")
+    viewer.locator(".log-row", has_text="step 112000").wait_for()
+    # The cap (100,000) is enforced a tenth at a time, so trimming is one slice now and then.
+    kept = int(viewer.get_attribute("data-lines") or 0)
+    assert 100_000 <= kept <= 110_000, kept
+    assert viewer.locator(".log-row").count() < 150
+    assert "keeps about the last 100,000 lines" in viewer.locator("[data-log-notice]").inner_text()
+    viewer.locator("[data-log-viewport]").evaluate("v => { v.scrollTop = 0; }")
+    oldest = 112_000 - kept + 1
+    viewer.locator(f'.log-row[data-seq="{oldest}"]').wait_for()
+    assert viewer.locator(".log-row").first.inner_text() == f"step {oldest}"

@@ -135,7 +135,7 @@ class LogView {
     this.current = Math.max(-1, this.current - (before - this.matches.length));
     if (!this.following) this.viewport.scrollTop -= excess * this.rowHeight;
     this.notice.hidden = false;
-    this.notice.textContent = `Only the last ${this.cap.toLocaleString()} lines are kept in this view; the download has them all.`;
+    this.notice.textContent = `This view keeps about the last ${this.cap.toLocaleString()} lines; the download has them all.`;
   }
 
   // The server-rendered tail stays until the first message replaces it.
