@@ -156,6 +156,11 @@ def test_new_log_lines_appear_within_a_second_and_a_reconnection_loses_none(runn
     seqs = [int(s) for s in viewer.locator(".log-row").evaluate_all("rows => rows.map(r => r.dataset.seq)")]
     assert seqs == list(range(1, 11)), seqs
     assert viewer.get_attribute("data-last-seq") == "10"
+
+    # The state badge follows the workload; the page offers a reload for its now stale actions.
+    assert transition_workload(workload_id=running.pk, from_states=[S.RUNNING], to_state=S.SUCCEEDED)
+    live_page.locator("[data-workload-state=succeeded]", has_text="Succeeded").wait_for(timeout=5000)
+    assert live_page.locator("[data-state-changed]").is_visible()
     assert not_reloaded(live_page)
 
 
@@ -343,3 +348,13 @@ def test_a_long_log_keeps_the_dom_small_and_memory_capped(running: Workload, liv
     oldest = 112_000 - kept + 1
     viewer.locator(f'.log-row[data-seq="{oldest}"]').wait_for()
     assert viewer.locator(".log-row").first.inner_text() == f"step {oldest}"
+
+
+def test_a_nodes_chart_receives_the_samples_of_every_gpu(live_world: World, live_page: Any) -> None:
+    make_node(Actor(user=live_world.operator), live_world.pool, name="n1", gpus=3)
+    open_live(live_page, "operator", "/ops/nodes/n1/", "#gpu-chart")
+    points = "Number(document.querySelector('#gpu-chart').dataset.points)"
+    readings = [sample(f"GPU-n1-{i}", i, 30.0 + i) for i in range(3)]
+    publish_until(live_page, "n1", readings, f"{points} >= 3")
+    series = live_page.locator("#gpu-chart [data-chart-memory] .u-legend .u-series .u-label").all_inner_texts()
+    assert series == ["Time", "GPU 0", "GPU 1", "GPU 2"]
