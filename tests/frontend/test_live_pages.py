@@ -22,7 +22,7 @@ from django.utils import timezone
 from inventory.choices import NodeState
 from inventory.models import Gpu, NodePool
 from jobs import services
-from jobs.models import Workload
+from jobs.models import LogChunk, Workload
 from jobs.scheduler import shell
 from tenants.context import Actor
 from tests.conftest import World
@@ -174,3 +174,26 @@ def test_scripts_and_styles_come_from_the_console_itself() -> None:
         assert not re.search(r"""import\s[^;]*["'](https?:)?//""", text), source
     for vendored in ("vendor/uplot/uPlot.iife.min.js", "vendor/uplot/uPlot.min.css"):
         assert finders.find(vendored), f"{vendored} is missing: run `make assets`"
+
+
+def test_the_viewers_download_link_works_with_the_browsers_session(placed: Workload) -> None:
+    Workload.all_tenants.filter(pk=placed.pk).update(state="running", log_seq=2)
+    now = timezone.now()
+    LogChunk.all_tenants.create(
+        tenant_id=placed.tenant_id,
+        workload=placed,
+        first_seq=1,
+        last_seq=2,
+        first_at=now,
+        last_at=now,
+        lines=[[1, now.isoformat(), "stdout", "first", 1, 0], [2, now.isoformat(), "stderr", "second", 1, 0]],
+    )
+    client = logged_in("viewer_a")
+    page = client.get(f"/t/tenant-a/workloads/{placed.pk}/").content.decode()
+    links = re.findall(r'href="([^"]+/logs/download/)" download>Download<', page)
+    assert len(links) == 1
+    response = client.get(links[0])
+    assert response.status_code == 200
+    body = b"".join(response.streaming_content).decode()  # type: ignore[attr-defined]
+    assert "first" in body and "second" in body
+    assert logged_in("admin_b").get(links[0]).status_code == 404, "another tenant finds nothing there"
