@@ -81,10 +81,11 @@ def test_the_cluster_page_shows_every_gpu_by_pool_then_node(world: World) -> Non
         "GPU-z-node-2",
     ]
     assert "GPU-old-0" not in page and 'data-node="old"' not in page, "retired nodes are left out"
-    busy = page.split('data-gpu="GPU-z-node-1"')[1].split("</span>")[0]
-    assert 'style="--u:87"' in busy and "z-node · GPU 1 · NVIDIA H100 80GB HBM3 · 87% utilization" in busy
-    stale = page.split('data-gpu="GPU-z-node-2"')[0].rsplit("<span", 1)[1]
-    assert "hm-none" in stale and "--u" not in page.split('data-gpu="GPU-z-node-2"')[1].split(">")[0]
+    busy = page.split('data-gpu="GPU-z-node-1"')[1].split("</i>")[0]
+    assert 'style="--u:87"' in busy and 'title="GPU 1 · NVIDIA H100 80GB HBM3 · 87% utilization"' in busy
+    stale = page.split('data-gpu="GPU-z-node-2"')
+    assert 'class="hm-cell hm-none"' in stale[0].rsplit("<i", 1)[1] and "--u" not in stale[1].split("</i>")[0]
+    assert "no recent sample" in stale[1].split("</i>")[0]
     cordoned = page.split('data-node="a-node"')[1].split("</div></div>")[0]
     assert 'class="state state-cordoned" data-node-state>Cordoned<' in cordoned
     assert 'data-ws="/ws/cluster/"' in page and "gpucloud/cluster.js" in page
