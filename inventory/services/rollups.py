@@ -65,13 +65,12 @@ Partials = dict[tuple[int, int], MinutePartial]
 """{(GPU id, start of the minute in seconds since the epoch): partial rollup}."""
 
 
+# JSON numbers decode to exactly these types; `type(x) in` is also the cheapest test that rejects bools.
+_NUMBER_TYPES = frozenset({int, float})
+
+
 def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _reading(value: Any) -> float | None:
-    """Return a non-negative finite reading as a float, else None (unknown)."""
-    return float(value) if _finite(value) and value >= 0 else None
+    return type(value) in _NUMBER_TYPES and math.isfinite(value)
 
 
 def parse_point(raw: Any) -> tuple[float, float, int | None, float | None, float | None] | None:
@@ -80,17 +79,16 @@ def parse_point(raw: Any) -> tuple[float, float, int | None, float | None, float
     The timestamp must be finite and utilization a percentage (0 to 100);
     other readings that are missing, negative or not numbers count as unknown.
     """
-    if not isinstance(raw, list | tuple) or len(raw) != 5:
+    if type(raw) not in (list, tuple) or len(raw) != 5:
         return None
     at, utilization, memory, power, temperature = raw
     if not (_finite(at) and _finite(utilization) and 0 <= utilization <= 100):
         return None
-    used = _reading(memory)
     return (
         float(at),
         float(utilization),
-        int(used) if used is not None else None,
-        _reading(power),
+        int(memory) if _finite(memory) and memory >= 0 else None,
+        float(power) if _finite(power) and power >= 0 else None,
         float(temperature) if _finite(temperature) else None,
     )
 
