@@ -173,7 +173,7 @@ def main() -> None:
             threading.Thread(target=agents.run, daemon=True).start()
             time.sleep(2)
             # The first minute every node samples from its start (all started within 5 s), plus one of warm-up.
-            first = (math.floor((agents.started + HEARTBEAT_SECONDS) / 60) + 2) * 60
+            first = (math.floor((agents.started + HEARTBEAT_SECONDS) / 60) + 2) * 60.0
             measured = [first + 60 * m for m in range(max(args.minutes, 2))]
             time.sleep(max(0.0, first - time.time()))
             cpu_before, wall_before = cpu_seconds(controller.pid), time.monotonic()
