@@ -134,3 +134,13 @@ def test_node_that_never_reported_becomes_unreachable_after_the_timeout(world: W
     make_node(Actor(user=world.operator), world.pool)
     later = timezone.now() + timedelta(minutes=5)
     assert services.mark_unreachable_nodes(timeout=timedelta(seconds=30), now=later) == ["n1"]
+
+
+def test_a_gpu_reported_twice_in_a_batch_keeps_its_last_sample_and_the_first_ones_fault(world: World) -> None:
+    make_node(Actor(user=world.operator), world.pool, gpus=1)
+    first = {"node": "n1", "samples": [_sample("GPU-n1-0", utilization_gpu=10.0, xid_events=[94])]}
+    second = {"node": "n1", "samples": [_sample("GPU-n1-0", utilization_gpu=70.0, memory_used_mb=None)]}
+    assert services.record_heartbeats([first, second]) == 2
+    gpu = Gpu.objects.get()
+    assert (gpu.utilization, gpu.memory_used_mb, gpu.health) == (70.0, None, GpuHealth.DEGRADED)
+    assert gpu.last_sample is not None and gpu.last_sample["utilization_gpu"] == 70.0
