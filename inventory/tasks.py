@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +16,9 @@ from inventory.agent.simulated import simulated_reports
 from inventory.services.rollups import purge_expired_minutes
 
 HEARTBEAT_LOCK = "inventory:apply-heartbeats"
+# Seconds a batch of reports may take before the next is drained at once, and the most one run drains for.
+BURST_SECONDS = 0.5
+BURST_LIMIT_SECONDS = 30.0
 
 
 @shared_task(name="inventory.provision_node")
@@ -35,11 +39,21 @@ def apply_heartbeats() -> int:
     """Periodic (every second): apply every agent report waiting in the mailbox as one batch.
 
     Single-flight: a run that finds another one in progress returns at once.
+    A batch that took longer than BURST_SECONDS to apply (the minute
+    flushes of every agent) is followed at once by another: the reports
+    that piled up meanwhile would otherwise wait for the next beat, which
+    the lock made this run swallow.
     """
     if not cache.add(HEARTBEAT_LOCK, 1, timeout=60):
         return 0
     try:
-        return mailbox.drain_reports(services.apply_agent_reports)
+        applied, deadline = 0, time.monotonic() + BURST_LIMIT_SECONDS
+        while True:
+            started = time.monotonic()
+            taken = mailbox.drain_reports(services.apply_agent_reports)
+            applied += taken
+            if not taken or time.monotonic() - started < BURST_SECONDS or time.monotonic() > deadline:
+                return applied
     finally:
         cache.delete(HEARTBEAT_LOCK)
 

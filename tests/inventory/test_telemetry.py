@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from inventory import selectors, services
+from inventory import mailbox, selectors, services, tasks
 from inventory.choices import GpuHealth, NodeState
 from inventory.health import assess_sample, worsens
 from inventory.models import Gpu, Node, NodeEvent
@@ -144,3 +145,25 @@ def test_a_gpu_reported_twice_in_a_batch_keeps_its_last_sample_and_the_first_one
     gpu = Gpu.objects.get()
     assert (gpu.utilization, gpu.memory_used_mb, gpu.health) == (70.0, None, GpuHealth.DEGRADED)
     assert gpu.last_sample is not None and gpu.last_sample["utilization_gpu"] == 70.0
+
+
+@pytest.mark.parametrize(("burst_seconds", "applied", "left"), [(0.0, 2, 0), (60.0, 1, 1)])
+def test_a_slow_batch_is_followed_at_once_by_what_arrived_meanwhile(
+    monkeypatch: pytest.MonkeyPatch, burst_seconds: float, applied: int, left: int
+) -> None:
+    """A batch that takes BURST_SECONDS or more (every 0 s batch does) drains the mailbox again in the same run."""
+    mailbox.drain_reports(lambda reports: None)
+    monkeypatch.setattr(tasks, "BURST_SECONDS", burst_seconds)
+    batches: list[list[str]] = []
+
+    def apply(reports: list[dict[str, object]]) -> int:
+        if not batches:
+            mailbox.post_report({"node": "late", "sent_at": time.time()})  # arrives while the first batch applies
+        batches.append([str(report["node"]) for report in reports])
+        return len(reports)
+
+    monkeypatch.setattr(tasks.services, "apply_agent_reports", apply)
+    mailbox.post_report({"node": "early", "sent_at": time.time()})
+    assert tasks.apply_heartbeats() == applied
+    assert batches == [["early"], ["late"]][:applied]
+    assert mailbox.drain_reports(lambda reports: None) == left
