@@ -136,9 +136,16 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=code, reason=reason)
 
     async def emit(self, message: dict[str, Any]) -> None:
-        """Send one protocol message, unless the connection is closing."""
-        if not self._closed:
+        """Send one protocol message, unless the connection is closing or the client is gone."""
+        if self._closed:
+            return
+        try:
             await self.send_json(message)
+        except (OSError, RuntimeError):
+            # The client left while a group message was on its way: the server refuses sends
+            # after a disconnect (uvicorn raises ClientDisconnected or RuntimeError), and the
+            # disconnect itself is next in this consumer's queue.
+            self._closed = True
 
     async def join(self, group: str) -> None:
         await self.channel_layer.group_add(group, self.channel_name)

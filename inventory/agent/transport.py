@@ -13,6 +13,24 @@ def send_report_to_controller(report: dict[str, Any]) -> None:
     post_report(report)
 
 
+LIVE_SAMPLE_FIELDS = (
+    "uuid",
+    "index",
+    "timestamp",
+    "utilization_gpu",
+    "memory_used_mb",
+    "memory_total_mb",
+    "power_w",
+    "temperature_c",
+)
+"""What of a sample the live views show; the rest (processes, clocks, ECC, XIDs) goes to the controller only."""
+
+
 def publish_samples(group: str, samples: list[dict[str, Any]]) -> None:
-    """Send the latest samples to the live layer's group watching the node (queued: never blocks sampling)."""
-    publish([(group, {"type": "gpu.samples", "samples": samples})])
+    """Send the latest samples, cut to LIVE_SAMPLE_FIELDS, to the live layer's group watching the node.
+
+    Queued: never blocks sampling. Cutting here halves what Redis, every web
+    process and every consumer handle each second for each node.
+    """
+    slim = [{name: sample.get(name) for name in LIVE_SAMPLE_FIELDS} for sample in samples]
+    publish([(group, {"type": "gpu.samples", "samples": slim})])
