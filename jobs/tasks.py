@@ -82,6 +82,17 @@ def ingest_logs(
     return stored
 
 
+@shared_task(name="jobs.ingest_log_batches", ignore_result=True)
+def ingest_log_batches(batches: list[dict[str, Any]]) -> int:
+    """Store a node's log batches in order; those still out of order are retried later, a few times."""
+    waiting = logs.ingest_log_batches(batches, wait_seconds=INGEST_WAIT_SECONDS)
+    retry = [{**batch, "retries": int(batch.get("retries", 0)) + 1} for batch in waiting]
+    kept = [batch for batch in retry if batch["retries"] <= INGEST_RETRIES]
+    if kept:
+        ingest_log_batches.apply_async(kwargs={"batches": kept}, countdown=1.0, queue="control")
+    return len(batches) - len(waiting)
+
+
 @shared_task(name="jobs.node_replicas", ignore_result=True)
 def node_replicas(node: str, managed: list[dict[str, Any]]) -> dict[str, int]:
     """An agent's list of the replicas its runtime manages: compare it with the ledger."""

@@ -7,9 +7,11 @@ calls and reports back with tasks on the `control` queue:
 - `jobs.replica_started` (handle, endpoint) once the runtime started or
   adopted the replica;
 - `jobs.replica_ready` once a notebook's Jupyter answers its status URL;
-- `jobs.ingest_logs` with the output, in batches chained by the runtime's
-  log cursor (`since` -> `cursor`), so a redelivered batch is dropped and a
-  restarted watcher resumes exactly where the ledger stopped;
+- `jobs.ingest_log_batches` with the output, in batches chained by the
+  runtime's log cursor (`since` -> `cursor`), so a redelivered batch is
+  dropped and a restarted watcher resumes exactly where the ledger stopped.
+  The node's batches travel together (`LogOutbox`): one message for all
+  replicas at most every SHIP_SECONDS, not one per replica batch;
 - `jobs.replica_exited` with the exit code when the replica ends (or when it
   could not be launched at all).
 
@@ -53,6 +55,11 @@ FOLLOW_TIMEOUT = 300.0
 # Output is shipped when this many lines are waiting or this many seconds passed since the first of them.
 BATCH_LINES = 500
 BATCH_SECONDS = 0.2
+# A busy node's log batches leave together at most this often (a quiet node's at once).
+SHIP_SECONDS = 0.1
+# Batches the outbox keeps while the broker is unreachable; past this the newest are dropped (reconcile
+# re-watches the replica from the stored cursor, so the runtime's own log fills the gap).
+OUTBOX_CAPACITY = 5000
 READY_TIMEOUT = 600.0
 _REMEMBERED_STOPS = 10_000
 
@@ -62,6 +69,58 @@ def report(task: str, **kwargs: Any) -> None:
     from gpucloud.celery import app
 
     app.send_task(task, kwargs=kwargs, queue="control")
+
+
+class LogOutbox:
+    """The node's outgoing log batches: sent together, in order, and always before any other report.
+
+    Watchers hand over their chained batches; a thread sends whatever
+    waits as one `jobs.ingest_log_batches` message, at once when the node
+    is quiet and at most every SHIP_SECONDS when it is busy. A node running
+    fifty chatty replicas then sends ten messages a second instead of two
+    hundred and fifty, and the controller's cost per message (a task
+    dispatch) is paid once for all of them. Other reports flush the outbox
+    first, so the controller never hears of an exit before the output that
+    preceded it. A failed send keeps the batches for the next attempt.
+    """
+
+    def __init__(self, send: Callable[..., None]) -> None:
+        self._send = send
+        self._pending: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def put(self, batch: dict[str, Any]) -> None:
+        """Queue one chained batch (`jobs.ingest_logs` arguments) for the next send."""
+        with self._lock:
+            if len(self._pending) >= OUTBOX_CAPACITY:
+                log.warning("log outbox full: a batch of %s lines is dropped", len(batch.get("lines") or []))
+                return
+            self._pending.append(batch)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="log-outbox", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def flush(self) -> None:
+        """Send every waiting batch now, as one message; on failure keep them and log."""
+        with self._lock:
+            if not self._pending:
+                return
+            try:
+                self._send("jobs.ingest_log_batches", batches=self._pending)
+            except Exception:
+                log.exception("sending %d log batches failed; they are kept for the next attempt", len(self._pending))
+                return
+            self._pending = []
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            self.flush()
+            time.sleep(SHIP_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -96,11 +155,17 @@ class Executor:
     def __init__(self, config: AgentConfig | None = None, *, send: Callable[..., None] | None = None) -> None:
         self._config = config
         # Where reports go: the controller's queue; tests inject a transport that loses them (a crashed agent).
-        self.report: Callable[..., None] = send or report
+        self._send: Callable[..., None] = send or report
+        self.outbox = LogOutbox(self._send)
         self._runtimes: dict[tuple[str, str], Runtime] = {}
         self._watchers: dict[str, threading.Thread] = {}
         self._stopped: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
+
+    def report(self, task: str, **kwargs: Any) -> None:
+        """Send one report to the controller, after the log batches waiting before it."""
+        self.outbox.flush()
+        self._send(task, **kwargs)
 
     def runtime(self, kind: str, node: str) -> Runtime:
         """Return (and keep) the runtime of `kind` for `node`."""
@@ -312,12 +377,13 @@ class _Watcher:
 
     def _send(self, batch: list[tuple[str, str, str, str]]) -> None:
         since, self.cursor = self.cursor, batch[-1][3]
-        self.executor.report(
-            "jobs.ingest_logs",
-            **self.ref.ids(),
-            since=since,
-            cursor=self.cursor,
-            lines=[[stamp, stream, text] for stamp, stream, text, _ in batch],
+        self.executor.outbox.put(
+            {
+                **self.ref.ids(),
+                "since": since,
+                "cursor": self.cursor,
+                "lines": [[stamp, stream, text] for stamp, stream, text, _ in batch],
+            }
         )
 
     def _await_ready(self) -> None:

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -136,6 +139,58 @@ def ingest_log_batch(
     # Only SQLite without row locks can lose the race three times in a row; the agent will resend.
     log.warning("log batch for %s/%s/%s lost the numbering race; dropped", workload_id, attempt, replica)
     return 0
+
+
+def ingest_log_batches(
+    batches: Sequence[Mapping[str, Any]], *, wait_seconds: float, poll_seconds: float = 0.02
+) -> list[dict[str, Any]]:
+    """Store a node's batches (`ingest_log_batch` arguments each) in their order per replica; return the rest.
+
+    A batch that does not continue its replica's chain usually has its
+    predecessor in a message another worker is storing right now: the
+    replica waits in place (polled every `poll_seconds`, at most
+    `wait_seconds` for the whole message) while the other replicas go on.
+    Returns the batches still waiting then (a replica's from the blocked
+    one on), for the caller to retry later; a replayed batch ends up there
+    too and is dropped by the caller's retry limit. A malformed batch is
+    logged and skipped: it must not cost the other replicas their lines.
+    """
+    queues: dict[tuple[int, int, int], deque[dict[str, Any]]] = {}
+    for batch in batches:
+        key = (int(batch["workload_id"]), int(batch["attempt"]), int(batch["replica"]))
+        queues.setdefault(key, deque()).append(dict(batch))
+    deadline = time.monotonic() + wait_seconds
+    while queues:
+        progressed = False
+        for key in list(queues):
+            pending = queues[key]
+            while pending and _stored_or_skipped(pending[0]):
+                pending.popleft()
+                progressed = True
+            if not pending:
+                del queues[key]
+        if not queues or time.monotonic() >= deadline:
+            break
+        if not progressed:
+            time.sleep(poll_seconds)
+    return [batch for pending in queues.values() for batch in pending]
+
+
+def _stored_or_skipped(batch: dict[str, Any]) -> bool:
+    """Try to store one batch; return False only when it must wait for its predecessor."""
+    try:
+        stored = ingest_log_batch(
+            workload_id=int(batch["workload_id"]),
+            attempt=int(batch["attempt"]),
+            replica=int(batch["replica"]),
+            since=str(batch["since"]),
+            cursor=str(batch["cursor"]),
+            lines=list(batch.get("lines") or []),
+        )
+    except (LogBatchError, KeyError, TypeError, ValueError) as error:
+        log.warning("malformed log batch for workload %s skipped: %s", batch.get("workload_id"), error)
+        return True
+    return bool(stored) or not batch.get("lines")
 
 
 def _one_statement_sql() -> str:

@@ -17,7 +17,7 @@ from jobs import selectors
 from jobs.choices import WorkloadState
 from jobs.models import LogChunk, Replica, Workload
 from jobs.services import ingest_log_batch, purge_expired_logs
-from jobs.services.logs import MAX_LINE_CHARS, TRUNCATION_MARKER, LogBatchError
+from jobs.services.logs import MAX_LINE_CHARS, TRUNCATION_MARKER, LogBatchError, ingest_log_batches
 from tenants.models import Tenant
 from tenants.scoping import tenant_scope
 from tests.conftest import World, client_for
@@ -348,3 +348,45 @@ def test_a_batch_that_arrives_before_its_predecessor_waits_for_it_through_the_wo
         assert wait_until(lambda: _cursor(workload) == "c2", timeout=10)
     assert [line[0] for line in _stored(workload)] == [1, 2, 3, 4, 5]
     assert [line[3] for line in _stored(workload)] == [f"line {i}" for i in range(5)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_nodes_message_of_batches_stores_each_replica_in_order_and_retries_the_early_ones(world: World) -> None:
+    """A node's message carries batches of several replicas; one whose predecessor is late comes back later."""
+    workload = _running(world, replicas=2)
+    ids = {"workload_id": workload.pk, "attempt": 1}
+    early = {**ids, "replica": 0, "since": "a1", "cursor": "a2", "lines": _lines(2, "r0", start=2)}
+    message = [
+        early,
+        {**ids, "replica": 1, "since": "", "cursor": "b1", "lines": _lines(3, "r1")},
+        {**ids, "replica": 1, "since": "b1", "cursor": "b2", "lines": _lines(1, "r1", start=3)},
+    ]
+    late = {**ids, "replica": 0, "since": "", "cursor": "a1", "lines": _lines(2, "r0")}
+    with running_worker(["control"], concurrency=2):
+        app.send_task("jobs.ingest_log_batches", kwargs={"batches": message}, queue="control")
+        assert wait_until(lambda: _cursor(workload, replica=1) == "b2", timeout=10)
+        assert _cursor(workload, replica=0) == "", "replica 0 waits for its first batch"
+        app.send_task("jobs.ingest_log_batches", kwargs={"batches": [late]}, queue="control")
+        assert wait_until(lambda: _cursor(workload, replica=0) == "a2", timeout=10)
+    stored = _stored(workload)
+    assert [line[0] for line in stored] == list(range(1, 9)), "numbered once each, no gap"
+    assert [line[3] for line in stored if line[5] == 0] == [f"r0 {i}" for i in range(4)]
+    assert [line[3] for line in stored if line[5] == 1] == [f"r1 {i}" for i in range(4)]
+
+
+def test_a_malformed_batch_in_a_nodes_message_costs_only_its_own_lines(world: World) -> None:
+    workload = _running(world, replicas=2)
+    ids = {"workload_id": workload.pk, "attempt": 1}
+    broken = {**ids, "replica": 0, "since": "", "cursor": "a1", "lines": [["not a time", "stdout", "x"]]}
+    fine = {**ids, "replica": 1, "since": "", "cursor": "b1", "lines": _lines(2, "r1")}
+    assert ingest_log_batches([broken, fine], wait_seconds=0) == []
+    assert [line[3] for line in _stored(workload)] == ["r1 0", "r1 1"]
+    assert _cursor(workload, replica=0) == ""
+
+
+def test_a_replayed_batch_is_handed_back_not_stored_twice(world: World) -> None:
+    workload = _running(world, replicas=1)
+    batch = {"workload_id": workload.pk, "attempt": 1, "replica": 0, "since": "", "cursor": "c1", "lines": _lines(2)}
+    assert ingest_log_batches([batch], wait_seconds=0) == []
+    assert ingest_log_batches([batch], wait_seconds=0.05) == [batch]
+    assert len(_stored(workload)) == 2
