@@ -45,3 +45,17 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def oldest_named(name: str) -> int | None:
+    """Return the pid of the oldest process whose command name is `name` (a server's parent), or None."""
+    found: list[tuple[int, int]] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() == name:
+                found.append((int(_stat_fields(int(entry.name))[19]), int(entry.name)))  # starttime
+        except (OSError, IndexError, ValueError):
+            continue
+    return min(found)[1] if found else None

@@ -3,16 +3,19 @@
     DATABASE_URL=postgres://gpucloud:gpucloud@127.0.0.1:5432/gpucloud_bench REDIS_URL=redis://127.0.0.1:6379/1 \
         .venv/bin/python bench/log_follow.py [--workloads 50] [--rate 200] [--seconds 60] [--layer pubsub|core]
 
-It migrates the scratch database in DATABASE_URL, creates a tenant with
+Both must be scratch: it empties the broker's task queues first. It
+migrates the scratch database in DATABASE_URL, creates a tenant with
 `--workloads` running workloads (one replica each) and one member per
 follower, and starts one web process (uvicorn, as `gpucloud serve`) and one
 controller (`gpucloud worker`, as a deployment runs it) that stores the
 batches. A client process opens one WebSocket per workload on
 `/ws/workloads/<id>/logs/`, authenticating with the member's API token as a
 subprotocol. This process then plays the node agents: every workload writes
-`--rate` lines a second, and its output is shipped exactly as the agent's
-executor ships it (a batch `BATCH_SECONDS` after its first line, chained by
-cursor, as the Celery task `jobs.ingest_logs` on the control queue).
+`--rate` lines a second, eight workloads run on each node, and the output
+is shipped as the agent's executor ships it: a batch `BATCH_SECONDS` after
+its first line, chained by cursor, and each node's ready batches together
+as one Celery task `jobs.ingest_log_batches` on the control queue every
+`SHIP_SECONDS`.
 
 Reported: lines written, lines received, lost lines, gaps and duplicates in
 the sequence numbers each client saw, and the delay from a line's timestamp
@@ -37,12 +40,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _proc import cpu_seconds
+from _proc import cpu_seconds, oldest_named
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpucloud.settings")
 CONNECT_TIMEOUT = 60.0
+WORKLOADS_PER_NODE = 8  # one single-GPU workload per GPU of an 8-GPU node
+
 DRAIN_SECONDS = 10.0
 
 
@@ -64,19 +69,24 @@ def _setup(workloads: int) -> list[tuple[int, str]]:
     if connection.vendor != "postgresql" or not os.environ.get("REDIS_URL"):
         raise SystemExit("Set DATABASE_URL to a scratch Postgres database and REDIS_URL: this measures both.")
     call_command("migrate", verbosity=0)
+    from gpucloud.celery import app
+
+    # Batches an interrupted run left on the control queue would be stored ahead of this run's.
+    app.control.purge()
     # A previous run's workloads protect their project, tenant and owner: remove them first.
     Workload.all_tenants.filter(tenant__slug="bench-logs").delete()
     Project.all_tenants.filter(tenant__slug="bench-logs").delete()
     Tenant.objects.filter(slug="bench-logs").delete()
     User.objects.filter(username__startswith="bench-logs-").delete()
     pool, _ = NodePool.objects.get_or_create(name="bench-logs")
-    node, _ = Node.objects.get_or_create(name="bench-logs-node", defaults={"pool": pool, "runtime": "docker"})
     tenant = Tenant.objects.create(slug="bench-logs", name="Bench logs")
     project = Project.all_tenants.create(tenant=tenant, slug="bench", name="Bench")
     owner = User.objects.create_user("bench-logs-owner")
     Membership.all_tenants.create(tenant=tenant, user=owner, role="admin")
     pairs = []
     for i in range(workloads):
+        name = f"bench-logs-node-{i // WORKLOADS_PER_NODE}"
+        node, _ = Node.objects.get_or_create(name=name, defaults={"pool": pool, "runtime": "docker"})
         workload = Workload.all_tenants.create(
             tenant=tenant,
             project=project,
@@ -186,47 +196,54 @@ async def _followers_main(port: int, pairs: list[tuple[int, str]], work: Path) -
 # --- the agents (this process) ------------------------------------------------------------------------
 
 
-def _write(pairs: list[tuple[int, str]], rate: int, seconds: float) -> int:
-    """Ship every workload's output as the agent's executor does for `seconds`; return the lines written."""
-    from gpucloud.celery import app
+def _batch(workload_id: int, due: float, per_batch: int, counters: dict[int, int], cursors: dict[int, str]) -> dict:
+    """Return the workload's chained batch due at `due`: its lines were written over the BATCH_SECONDS before."""
     from inventory.agent.executor import BATCH_SECONDS
 
+    lines = []
+    for i in range(per_batch):
+        stamp = datetime.fromtimestamp(due - BATCH_SECONDS + (i + 1) * BATCH_SECONDS / per_batch, UTC)
+        counters[workload_id] += 1
+        text = f"step {counters[workload_id]:08d} loss=0.{counters[workload_id] % 9973:04d} " + "x" * 60
+        lines.append([stamp.isoformat(), "stdout", text])
+    since, cursors[workload_id] = cursors[workload_id], f"bench:{counters[workload_id]}"
+    ids = {"workload_id": workload_id, "attempt": 1, "replica": 0}
+    return {**ids, "since": since, "cursor": cursors[workload_id], "lines": lines}
+
+
+def _write(nodes: list[list[int]], rate: int, seconds: float) -> int:
+    """Ship every workload's output as the agents do for `seconds`; return the lines written.
+
+    Each workload's watcher closes a batch BATCH_SECONDS after its first
+    line; each node's outbox sends the batches that are ready as one
+    `jobs.ingest_log_batches` message every SHIP_SECONDS (the busy case:
+    a quiet node's outbox sends at once).
+    """
+    from gpucloud.celery import app
+    from inventory.agent.executor import BATCH_SECONDS, SHIP_SECONDS
+
     per_batch = max(1, round(rate * BATCH_SECONDS))
-    cursors = {workload_id: "" for workload_id, _ in pairs}
-    counters = dict.fromkeys(cursors, 0)
-    spacing = BATCH_SECONDS / len(pairs)
+    workloads = [w for node in nodes for w in node]
+    cursors = dict.fromkeys(workloads, "")
+    counters = dict.fromkeys(workloads, 0)
     start = time.time()
+    due = {w: start + BATCH_SECONDS * (1 + i / len(workloads)) for i, w in enumerate(workloads)}
+    ship = [start + SHIP_SECONDS * (1 + k / len(nodes)) for k in range(len(nodes))]
     written = 0
-    tick = 0
     while time.time() - start < seconds:
-        for offset, (workload_id, _) in enumerate(pairs):
-            due = start + (tick + 1) * BATCH_SECONDS + offset * spacing
-            delay = due - time.time()
-            if delay > 0:
-                time.sleep(delay)
-            # The lines were written over the last BATCH_SECONDS: the first waited the whole batch period.
-            now = time.time()
-            lines = []
-            for i in range(per_batch):
-                stamp = datetime.fromtimestamp(now - BATCH_SECONDS + (i + 1) * BATCH_SECONDS / per_batch, UTC)
-                counters[workload_id] += 1
-                text = f"step {counters[workload_id]:08d} loss=0.{counters[workload_id] % 9973:04d} " + "x" * 60
-                lines.append([stamp.isoformat(), "stdout", text])
-            since, cursors[workload_id] = cursors[workload_id], f"bench:{counters[workload_id]}"
-            app.send_task(
-                "jobs.ingest_logs",
-                kwargs={
-                    "workload_id": workload_id,
-                    "attempt": 1,
-                    "replica": 0,
-                    "since": since,
-                    "cursor": cursors[workload_id],
-                    "lines": lines,
-                },
-                queue="control",
-            )
-            written += per_batch
-        tick += 1
+        k = min(range(len(nodes)), key=ship.__getitem__)
+        delay = ship[k] - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        batches = []
+        for w in nodes[k]:
+            while due[w] <= ship[k]:
+                batches.append(_batch(w, due[w], per_batch, counters, cursors))
+                due[w] += BATCH_SECONDS
+        if batches:
+            app.send_task("jobs.ingest_log_batches", kwargs={"batches": batches}, queue="control")
+            written += per_batch * len(batches)
+        ship[k] += SHIP_SECONDS
     return written
 
 
@@ -252,11 +269,23 @@ def _run(args: argparse.Namespace, pairs: list[tuple[int, str]]) -> dict[str, An
             time.sleep(0.2)
         else:
             raise SystemExit(f"only {ready} of {len(pairs)} followers connected within {CONNECT_TIMEOUT}s")
+        # Postgres and Redis share the machine's cores with the console: their CPU is reported too.
+        others = {
+            "followers": followers.pid,
+            "postgres": oldest_named("postgres"),
+            "redis": oldest_named("redis-server"),
+        }
+        others_cpu = {name: cpu_seconds(pid) for name, pid in others.items() if pid}
         web_cpu, controller_cpu, started = cpu_seconds(web.pid), cpu_seconds(controller.pid), time.time()
-        written = _write(pairs, args.rate, args.seconds)
+        writer_cpu = time.process_time()
+        workload_ids = [workload_id for workload_id, _ in pairs]
+        nodes = [workload_ids[i : i + WORKLOADS_PER_NODE] for i in range(0, len(workload_ids), WORKLOADS_PER_NODE)]
+        written = _write(nodes, args.rate, args.seconds)
         elapsed = time.time() - started
         web_cores = (cpu_seconds(web.pid) - web_cpu) / elapsed
         controller_cores = (cpu_seconds(controller.pid) - controller_cpu) / elapsed
+        cores = {name: (cpu_seconds(others[name] or 0) - before) / elapsed for name, before in others_cpu.items()}
+        cores["agents (this process)"] = (time.process_time() - writer_cpu) / elapsed
         time.sleep(DRAIN_SECONDS)
         (work / "done").write_text("")
         followers.wait(timeout=60)
@@ -287,6 +316,7 @@ def _run(args: argparse.Namespace, pairs: list[tuple[int, str]]) -> dict[str, An
         "latency_ms_max": round(1000 * max(latencies), 1) if latencies else None,
         "web_cpu_cores": round(web_cores, 2),
         "controller_cpu_cores": round(controller_cores, 2),
+        "other_cpu_cores": {name: round(value, 2) for name, value in cores.items()},
         "follower_errors": state["errors"][:5],
     }
 

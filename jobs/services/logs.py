@@ -148,26 +148,26 @@ def ingest_log_batches(
 
     A batch that does not continue its replica's chain usually has its
     predecessor in a message another worker is storing right now: the
-    replica waits in place (polled every `poll_seconds`, at most
-    `wait_seconds` for the whole message) while the other replicas go on.
-    Returns the batches still waiting then (a replica's from the blocked
-    one on), for the caller to retry later; a replayed batch ends up there
-    too and is dropped by the caller's retry limit. A malformed batch is
-    logged and skipped: it must not cost the other replicas their lines.
+    replica waits in place (at most `wait_seconds` for the whole message,
+    looking at the waiting replicas' cursors with one query every
+    `poll_seconds`) while the other replicas go on. Returns the batches
+    still waiting then (a replica's from the blocked one on), for the
+    caller to retry later; a replayed batch ends up there too and is
+    dropped by the caller's retry limit. Batches of unknown replicas and
+    malformed ones are logged and skipped: they must not cost the other
+    replicas their lines.
     """
-    queues: dict[tuple[int, int, int], deque[dict[str, Any]]] = {}
+    queues: dict[_ReplicaKey, deque[dict[str, Any]]] = {}
     for batch in batches:
         key = (int(batch["workload_id"]), int(batch["attempt"]), int(batch["replica"]))
         queues.setdefault(key, deque()).append(dict(batch))
     deadline = time.monotonic() + wait_seconds
     while queues:
+        cursors = _cursors(list(queues))
         progressed = False
         for key in list(queues):
-            pending = queues[key]
-            while pending and _stored_or_skipped(pending[0]):
-                pending.popleft()
-                progressed = True
-            if not pending:
+            progressed |= _store_ready(key, queues[key], cursors.get(key))
+            if not queues[key]:
                 del queues[key]
         if not queues or time.monotonic() >= deadline:
             break
@@ -176,8 +176,35 @@ def ingest_log_batches(
     return [batch for pending in queues.values() for batch in pending]
 
 
+_ReplicaKey = tuple[int, int, int]
+
+
+def _cursors(keys: list[_ReplicaKey]) -> dict[_ReplicaKey, str]:
+    """Return the stored log cursor of each of these (workload, attempt, replica) that exists, in one query."""
+    condition = Q()
+    for workload_id, attempt, replica in keys:
+        condition |= Q(workload_id=workload_id, attempt=attempt, index=replica)
+    rows = Replica.all_tenants.filter(condition).values_list("workload_id", "attempt", "index", "log_cursor")
+    return {(workload_id, attempt, index): cursor for workload_id, attempt, index, cursor in rows}
+
+
+def _store_ready(key: _ReplicaKey, pending: deque[dict[str, Any]], cursor: str | None) -> bool:
+    """Store the replica's batches that continue its chain from `cursor`, in order; return whether any went."""
+    if cursor is None:
+        log.warning("%d log batches for unknown replica %s/%s/%s dropped", len(pending), *key)
+        pending.clear()
+        return True
+    progressed = False
+    while pending and str(pending[0].get("since")) == cursor:
+        if not _stored_or_skipped(pending[0]):
+            return progressed  # someone else moved the chain meanwhile: read the cursors again
+        cursor = str(pending.popleft().get("cursor"))
+        progressed = True
+    return progressed
+
+
 def _stored_or_skipped(batch: dict[str, Any]) -> bool:
-    """Try to store one batch; return False only when it must wait for its predecessor."""
+    """Store one batch; return False only when its chain moved on before it (it must wait or go)."""
     try:
         stored = ingest_log_batch(
             workload_id=int(batch["workload_id"]),
