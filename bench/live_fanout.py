@@ -129,7 +129,7 @@ def _wait_listening(port: int, timeout: float = 60.0) -> None:
 # --- the clients (a process of their own) ------------------------------------------------------------
 
 
-async def _client(url: str, token: str, state: dict[str, Any], window: dict[str, float]) -> None:
+async def _client(node: str, url: str, token: str, state: dict[str, Any], window: dict[str, float]) -> None:
     from websockets.asyncio.client import connect
     from websockets.typing import Subprotocol
 
@@ -153,17 +153,26 @@ async def _client(url: str, token: str, state: dict[str, Any], window: dict[str,
                     state["duplicates"] += 1
                     continue
                 seen.add(at)
+                state["arrivals"].setdefault(node, []).append(at)
                 state["latencies"].append(received - at)
                 state["received"] += 1
 
 
 async def _clients_main(port: int, assignments: list[tuple[str, str]], out: Path, control: Path) -> None:
-    state: dict[str, Any] = {"connected": 0, "ready": 0, "latencies": [], "received": 0, "duplicates": 0, "errors": []}
+    state: dict[str, Any] = {
+        "connected": 0,
+        "ready": 0,
+        "latencies": [],
+        "received": 0,
+        "duplicates": 0,
+        "errors": [],
+        "arrivals": {},
+    }
     window = {"start": float("inf"), "end": float("inf")}
 
     async def one(node: str, token: str) -> None:
         try:
-            await _client(f"ws://127.0.0.1:{port}/ws/nodes/{node}/metrics/", token, state, window)
+            await _client(node, f"ws://127.0.0.1:{port}/ws/nodes/{node}/metrics/", token, state, window)
         except Exception as error:  # a bench counts every way a client can end
             state["errors"].append(f"{type(error).__name__}: {error}"[:200])
 
@@ -177,7 +186,12 @@ async def _clients_main(port: int, assignments: list[tuple[str, str]], out: Path
     window.update(json.loads(control.read_text()))
     await asyncio.sleep(max(0.0, window["end"] - time.time()) + 3.0)  # let the last window messages arrive
     out.write_text(
-        json.dumps({key: state[key] for key in ("connected", "ready", "latencies", "received", "duplicates", "errors")})
+        json.dumps(
+            {
+                key: state[key]
+                for key in ("connected", "ready", "latencies", "received", "duplicates", "errors", "arrivals")
+            }
+        )
     )
     for task in tasks:
         task.cancel()
@@ -292,19 +306,29 @@ def _run(layer: str, args: argparse.Namespace, nodes: list[str], tokens: list[st
             web.wait(timeout=20)
         except subprocess.TimeoutExpired:
             web.kill()
-    per_node = {node: sum(1 for at in ats if window["start"] <= at < window["end"]) for node, ats in published.items()}
-    expected = sum(per_node[node] for node, _ in assignments)
+    in_window = {node: {at for at in ats if window["start"] <= at < window["end"]} for node, ats in published.items()}
+    arrived: dict[str, list[float]] = result["arrivals"]
+    watchers = {node: sum(1 for watched, _ in assignments if watched == node) for node in in_window}
+    expected = sum(len(in_window[node]) * watchers[node] for node in in_window)
+    # Every sample published in the window must reach every watcher of its node: count what did not,
+    # and anything that arrived without having been published in the window.
+    missing = sum(
+        max(0, len(in_window[node]) * watchers[node] - len([a for a in arrived.get(node, []) if a in in_window[node]]))
+        for node in in_window
+    )
+    unexpected = sum(1 for node, ats in arrived.items() for at in ats if at not in in_window.get(node, set()))
     latencies = result["latencies"]
     return {
         "layer": layer,
         "clients": args.clients,
-        "nodes_watched": len(per_node),
+        "nodes_watched": len(in_window),
         "gpus_per_node": args.gpus,
         "seconds": args.seconds,
         "clients_receiving_at_start": ready,
         "messages_expected": expected,
         "messages_received": result["received"],
-        "dropped": expected - result["received"],
+        "dropped": missing,
+        "unexpected": unexpected,
         "duplicates": result["duplicates"],
         "latency_ms_p50": round(1000 * statistics.median(latencies), 1) if latencies else None,
         "latency_ms_p99": round(1000 * _percentile(latencies, 0.99), 1),

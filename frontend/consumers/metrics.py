@@ -37,9 +37,10 @@ def slim(sample: dict[str, Any]) -> dict[str, Any]:
 
 
 def gpus_message(node: str, samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Return the `gpus` message for some samples of `node`, stamped with their newest timestamp."""
+    """Return the `gpus` message for some samples of `node` (slimmed), stamped with their newest sampling time."""
     stamps = [sample["timestamp"] for sample in samples if isinstance(sample.get("timestamp"), int | float)]
-    return {"type": "gpus", "node": node, "at": max(stamps) if stamps else time.time(), "gpus": samples}
+    at = max(stamps) if stamps else time.time()
+    return {"type": "gpus", "node": node, "at": at, "gpus": [slim(sample) for sample in samples]}
 
 
 class WorkloadMetricsConsumer(LiveConsumer):
@@ -84,7 +85,7 @@ class WorkloadMetricsConsumer(LiveConsumer):
     async def gpu_samples(self, event: dict[str, Any]) -> None:
         mine = [sample for sample in event["samples"] if sample.get("uuid") in self.node_of]
         if mine:
-            await self.emit(gpus_message(self.node_of[mine[0]["uuid"]], [slim(sample) for sample in mine]))
+            await self.emit(gpus_message(self.node_of[mine[0]["uuid"]], mine))
 
     async def gpus_allocated(self, event: dict[str, Any]) -> None:
         await self.refresh_allocations()
@@ -123,7 +124,7 @@ class NodeMetricsConsumer(LiveConsumer):
             await self.emit({"type": "history", "gpus": history})
 
     async def gpu_samples(self, event: dict[str, Any]) -> None:
-        await self.emit(gpus_message(self.name, [slim(sample) for sample in event["samples"]]))
+        await self.emit(gpus_message(self.name, event["samples"]))
 
     async def gpus_allocated(self, event: dict[str, Any]) -> None:
         """Who holds a GPU does not change what an operator sees of the node."""

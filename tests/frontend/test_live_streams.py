@@ -85,9 +85,12 @@ def test_a_workloads_metrics_carry_only_its_gpus(world: World) -> None:
         held = {gpu["uuid"] for gpu in allocations["gpus"]}
         assert len(held) == 2 and {gpu["node"] for gpu in allocations["gpus"]} == {"n1"}
         assert set(allocations["gpus"][0]) == {"uuid", "index", "node", "model"}
-        publish_samples(node_gpu_group("n1"), _samples("n1", 8, 10.0))
+        samples = _samples("n1", 8, 10.0)
+        publish_samples(node_gpu_group("n1"), samples)
         message = await receive(stream)
-        assert message["type"] == "gpus" and message["node"] == "n1" and isinstance(message["at"], float)
+        assert message["type"] == "gpus" and message["node"] == "n1"
+        sampled = max(sample["timestamp"] for sample in samples if sample["uuid"] in held)
+        assert message["at"] == sampled, "stamped when sampled, not when sent"
         assert {gpu["uuid"] for gpu in message["gpus"]} == held
         assert all(set(gpu) == PROTOCOL_FIELDS for gpu in message["gpus"])
         # Ended: its GPUs are released, the stream says so and forwards nothing more.
