@@ -220,6 +220,31 @@ def _downloads(direct: str, console: str, workload_id: int, cookie: str, size_mb
     }
 
 
+def _small_requests(direct: str, console: str, workload_id: int, cookie: str, count: int) -> dict[str, Any]:
+    """Return p50/p99 ms of `count` small GETs (Jupyter's status) each way: what the per-request check costs."""
+    path = f"/notebooks/{workload_id}/api/status"
+    ways = {
+        "direct": (direct + path, {"Authorization": f"token {TOKEN}"}),
+        "proxied": (console + path, {"Cookie": cookie}),
+    }
+    timings: dict[str, list[float]] = {way: [] for way in ways}
+    with httpx.Client(timeout=30, trust_env=False) as client:
+        for run in range(count + 10):
+            for way, (url, headers) in ways.items():
+                started = time.perf_counter()
+                if client.get(url, headers=headers).status_code != 200:
+                    raise SystemExit(f"{url} did not answer 200")
+                if run >= 10:
+                    timings[way].append((time.perf_counter() - started) * 1000)
+    direct_p, proxied_p = _percentiles(timings["direct"]), _percentiles(timings["proxied"])
+    return {
+        "requests": count,
+        "direct": direct_p,
+        "proxied": proxied_p,
+        "added_p50_ms": round(proxied_p["p50_ms"] - direct_p["p50_ms"], 2),
+    }
+
+
 def _execute(channel: ClientConnection, session: str) -> float:
     """Return the ms from sending `1+1` until both its result (2, on iopub) and its execute_reply have come.
 
@@ -305,6 +330,7 @@ def main() -> None:
         results = {
             "database": connection.vendor,
             "download": _downloads(handle["endpoint"], console, workload_id, cookie, args.size_mb, args.runs),
+            "small_request": _small_requests(handle["endpoint"], console, workload_id, cookie, 200),
             "kernel_round_trip": _round_trips(handle["endpoint"], console, workload_id, cookie, args.messages),
             "targets": {"download_ratio_min": 0.5, "added_p99_ms_max": 20},
         }
