@@ -7,41 +7,32 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from frontend.consumers.base import REVOKED, BadParameter, LiveConsumer, int_param
+from frontend.consumers.base import BadParameter, int_param
+from frontend.consumers.workloads import WorkloadStream
 from jobs.live import logs_group, state_message, workload_group
-from jobs.models import Workload
-from jobs.selectors import live_log_lines, live_log_tail, live_workload_state, watchable_workload
-from tenants.context import Actor
+from jobs.selectors import live_log_lines, live_log_tail, live_workload_state
 
 # Lines per message when the snapshot or a catch-up reads many.
 PAGE = 1000
 MAX_SEQ = 2**63 - 1
 
 
-class LogConsumer(LiveConsumer):
+class LogConsumer(WorkloadStream):
     """Sends each line once, in order: `last_seq` drops what was sent, a gap is filled from the database first."""
 
-    workload_id: int
-    workload: Workload
     tail: int
     after: int | None
     last_seq = 0
     state: str | None = None
 
     def parse(self, route: dict[str, Any], params: dict[str, str]) -> None:
-        self.workload_id = int(route["workload_id"])
+        super().parse(route, params)
         if "tail" in params and "after" in params:
             raise BadParameter("tail, after: give one or the other")
         maximum = int(settings.LIVE_LOG_TAIL_MAX)
         default = min(int(settings.LIVE_LOG_TAIL_DEFAULT), maximum)
         self.tail = int_param(params, "tail", default=default, minimum=0, maximum=maximum) or 0
         self.after = int_param(params, "after", default=None, minimum=0, maximum=MAX_SEQ)
-
-    def authorize(self, actor: Actor) -> bool:
-        workload = watchable_workload(actor, self.workload_id)
-        if workload is not None:
-            self.workload = workload
-        return workload is not None
 
     async def start(self) -> None:
         await self.join(logs_group(self.workload_id))
@@ -94,6 +85,3 @@ class LogConsumer(LiveConsumer):
 
     async def workload_allocations(self, event: dict[str, Any]) -> None:
         """Allocations are the metrics stream's concern."""
-
-    async def workload_deleted(self, event: dict[str, Any]) -> None:
-        await self.close_with(REVOKED, "the workload was deleted")

@@ -18,12 +18,12 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from frontend.consumers.base import REVOKED, LiveConsumer
+from frontend.consumers.base import LiveConsumer
+from frontend.consumers.workloads import WorkloadStream
 from inventory.agent.reporter import node_gpu_group
 from inventory.selectors import live_node, live_node_history
 from jobs.live import workload_group
-from jobs.models import Workload
-from jobs.selectors import live_workload_gpus, live_workload_history, watchable_workload
+from jobs.selectors import live_workload_gpus, live_workload_history
 from tenants.context import Actor
 
 # The per-minute history a chart starts with.
@@ -43,23 +43,15 @@ def gpus_message(node: str, samples: list[dict[str, Any]]) -> dict[str, Any]:
     return {"type": "gpus", "node": node, "at": at, "gpus": [slim(sample) for sample in samples]}
 
 
-class WorkloadMetricsConsumer(LiveConsumer):
+class WorkloadMetricsConsumer(WorkloadStream):
     """The samples of the GPUs a workload holds, and its allocations whenever they change."""
 
-    workload_id: int
-    workload: Workload
     gpus: list[dict[str, Any]] | None = None
     node_of: dict[str, str]
 
     def parse(self, route: dict[str, Any], params: dict[str, str]) -> None:
-        self.workload_id = int(route["workload_id"])
+        super().parse(route, params)
         self.node_of = {}
-
-    def authorize(self, actor: Actor) -> bool:
-        workload = watchable_workload(actor, self.workload_id)
-        if workload is not None:
-            self.workload = workload
-        return workload is not None
 
     async def start(self) -> None:
         await self.join(workload_group(self.workload_id))
@@ -95,9 +87,6 @@ class WorkloadMetricsConsumer(LiveConsumer):
 
     async def workload_allocations(self, event: dict[str, Any]) -> None:
         await self.refresh_allocations()
-
-    async def workload_deleted(self, event: dict[str, Any]) -> None:
-        await self.close_with(REVOKED, "the workload was deleted")
 
 
 class NodeMetricsConsumer(LiveConsumer):
