@@ -1,11 +1,14 @@
-"""A real Celery worker thread for tests, consuming through the configured broker (Redis or in-process)."""
+"""Real servers for tests, in threads: a Celery worker on the configured broker, the console under uvicorn."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
+import uvicorn
 from celery.worker import WorkController
 from django.db import connections
 
@@ -31,11 +34,26 @@ def running_worker(queues: list[str], *, concurrency: int = 1) -> Iterator[WorkC
         database["CONN_MAX_AGE"] = max_age
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 15.0) -> bool:
-    """Poll `predicate` every 50 ms until it is truthy or `timeout` seconds pass; return whether it became so."""
+def wait_until(predicate: Callable[[], object], timeout: float = 15.0, *, interval: float = 0.05) -> bool:
+    """Poll `predicate` every `interval` seconds until it is truthy or `timeout` seconds pass; return whether it is."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(0.05)
+        time.sleep(interval)
     return False
+
+
+@contextmanager
+def uvicorn_server(app: Any) -> Iterator[str]:
+    """Serve the ASGI `app` (lifespan included) under uvicorn on a free loopback port for the block; yield its URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on", log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    assert wait_until(lambda: server.started, timeout=20, interval=0.02), "uvicorn did not start"
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -3,16 +3,14 @@ or against the console's ASGI application under uvicorn where a page needs its W
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
 from tests.conftest import World, chromium_path
+from tests.workers import uvicorn_server
 
 
 @pytest.fixture(scope="module")
@@ -49,18 +47,8 @@ def asgi_server() -> Iterator[str]:
 
     # The handler passes anything but static files on to any ASGI app; the stubs only name Django's own.
     served = ASGIStaticFilesHandler(application)  # type: ignore[arg-type]
-    config = uvicorn.Config(served, host="127.0.0.1", port=0, lifespan="on", log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started, "uvicorn did not start"
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with uvicorn_server(served) as url:
+        yield url
 
 
 @pytest.fixture

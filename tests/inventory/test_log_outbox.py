@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from inventory.agent.executor import SHIP_SECONDS, Executor, LogOutbox
+from tests.workers import wait_until
 
 
 class Recorder:
@@ -30,15 +31,6 @@ class Recorder:
         return [batch for message in messages for batch in message]
 
 
-def _wait(condition: Any, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.005)
-    return False
-
-
 def _batch(replica: int, n: int) -> dict[str, Any]:
     return {"workload_id": 7, "attempt": 1, "replica": replica, "since": f"c{n}", "cursor": f"c{n + 1}", "lines": []}
 
@@ -48,7 +40,7 @@ def test_a_quiet_nodes_batch_leaves_at_once() -> None:
     outbox = LogOutbox(send)
     started = time.monotonic()
     outbox.put(_batch(0, 0))
-    assert _wait(lambda: len(send.batches()) == 1)
+    assert wait_until(lambda: len(send.batches()) == 1, timeout=5, interval=0.005)
     assert time.monotonic() - started < SHIP_SECONDS, "no added wait when nothing else is going on"
 
 
@@ -66,7 +58,7 @@ def test_a_busy_nodes_batches_leave_together_in_order() -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    assert _wait(lambda: len(send.batches()) == 400)
+    assert wait_until(lambda: len(send.batches()) == 400)
     assert len(send.sent) < 400 / 10, "many replicas' batches share a message"
     for index in range(10):
         assert [b["since"] for b in send.batches() if b["replica"] == index] == [f"c{n}" for n in range(40)]
@@ -91,4 +83,4 @@ def test_a_failed_send_keeps_the_batches_for_the_next_one() -> None:
     time.sleep(SHIP_SECONDS * 3)
     assert send.batches() == []
     outbox.put(_batch(0, 1))
-    assert _wait(lambda: [b["since"] for b in send.batches()] == ["c0", "c1"])
+    assert wait_until(lambda: [b["since"] for b in send.batches()] == ["c0", "c1"])

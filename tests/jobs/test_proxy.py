@@ -25,7 +25,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
@@ -45,6 +44,7 @@ from jobs.selectors import notebook_proxy_target
 from tenants.models import Membership
 from tests.conftest import World
 from tests.jobs.factories import add_node
+from tests.workers import uvicorn_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,18 +114,8 @@ def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def console() -> Iterator[str]:
     """The console's ASGI application under uvicorn on a free loopback port; yields its base URL."""
-    config = uvicorn.Config(application, host="127.0.0.1", port=0, lifespan="on", log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started, "uvicorn did not start"
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with uvicorn_server(application) as url:
+        yield url
 
 
 @dataclass
