@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import signal
 import socket
 import statistics
@@ -39,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +58,10 @@ def _setup(nodes: int, gpus: int, clients: int) -> tuple[list[str], list[str]]:
     from django.contrib.auth.models import User
     from django.core.management import call_command
     from django.db import connection
-    from django.utils import timezone
 
     from inventory.models import Gpu, Node, NodePool
-    from tenants.models import ApiToken
-    from tenants.services.tokens import TOKEN_SCHEME, digest
+    from tenants.context import Actor
+    from tenants.services.tokens import create_token
 
     if connection.vendor != "postgresql" or not os.environ.get("REDIS_URL"):
         raise SystemExit("Set DATABASE_URL to a scratch Postgres database and REDIS_URL: this measures both.")
@@ -79,24 +76,12 @@ def _setup(nodes: int, gpus: int, clients: int) -> tuple[list[str], list[str]]:
     )
     User.objects.filter(username__startswith="bench-live-").delete()
     users = User.objects.bulk_create(User(username=f"bench-live-{i:04d}", is_staff=True) for i in range(clients))
-    secrets_by_user: list[str] = []
-    tokens = []
-    for user in users:
-        prefix = secrets.token_hex(6)
-        secret = f"{TOKEN_SCHEME}_{prefix}_{secrets.token_urlsafe(32)}"
-        secrets_by_user.append(secret)
-        tokens.append(
-            ApiToken(
-                user=user,
-                tenant=None,
-                name="bench",
-                role="operator",
-                prefix=prefix,
-                digest=digest(secret),
-                expires_at=timezone.now() + timedelta(days=1),
-            )
-        )
-    ApiToken.all_tenants.bulk_create(tokens)
+    # Through the token service, as a user creating a token in the console does.
+    issued = [
+        create_token(actor=Actor(user=user), tenant=None, name="bench", role="operator", expires_in_days=1)
+        for user in users
+    ]
+    secrets_by_user = [token.secret for token in issued]
     return [node.name for node in created], secrets_by_user
 
 

@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import signal
 import socket
 import statistics
@@ -36,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +58,12 @@ def _setup(workloads: int) -> list[tuple[int, str]]:
     from django.contrib.auth.models import User
     from django.core.management import call_command
     from django.db import connection
-    from django.utils import timezone
 
     from inventory.models import Node, NodePool
     from jobs.models import Replica, Workload
-    from tenants.models import ApiToken, Membership, Project, Tenant
-    from tenants.services.tokens import TOKEN_SCHEME, digest
+    from tenants.context import Actor
+    from tenants.models import Membership, Project, Tenant
+    from tenants.services.tokens import create_token
 
     if connection.vendor != "postgresql" or not os.environ.get("REDIS_URL"):
         raise SystemExit("Set DATABASE_URL to a scratch Postgres database and REDIS_URL: this measures both.")
@@ -104,17 +103,8 @@ def _setup(workloads: int) -> list[tuple[int, str]]:
         )
         follower = User.objects.create_user(f"bench-logs-{i:03d}")
         Membership.all_tenants.create(tenant=tenant, user=follower, role="member")
-        prefix = secrets.token_hex(6)
-        secret = f"{TOKEN_SCHEME}_{prefix}_{secrets.token_urlsafe(32)}"
-        ApiToken.all_tenants.create(
-            tenant=tenant,
-            user=follower,
-            name="bench",
-            role="member",
-            prefix=prefix,
-            digest=digest(secret),
-            expires_at=timezone.now() + timedelta(days=1),
-        )
+        issued = create_token(actor=Actor(user=follower), tenant=tenant, name="bench", role="member", expires_in_days=1)
+        secret = issued.secret
         pairs.append((workload.pk, secret))
     return pairs
 
