@@ -11,11 +11,19 @@ from jobs.services.lifecycle import release_allocations, transition_workload
 from jobs.services.logs import ingest_log_batch, purge_expired_logs
 from jobs.services.spec import WorkloadSpec
 from jobs.services.stopping import stop_workload
-from jobs.services.submission import Submission, submit, submit_workload, submit_workloads
+from jobs.services.submission import (
+    Submission,
+    SubmissionRequest,
+    submit,
+    submit_batch,
+    submit_workload,
+    submit_workloads,
+)
 
 __all__ = [
     "CANCELLABLE_STATES",
     "Submission",
+    "SubmissionRequest",
     "WorkloadSpec",
     "cancel_workload",
     "check_idle_notebooks",
@@ -26,6 +34,7 @@ __all__ = [
     "restart_workload",
     "stop_workload",
     "submit",
+    "submit_batch",
     "submit_workload",
     "submit_workloads",
     "transition_workload",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from django.db import IntegrityError, connection, transaction
@@ -25,7 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from gpucloud.errors import invalid
 from jobs.choices import WorkloadKind
 from jobs.models import AllowedImage
-from jobs.services.quota_rules import fetch
+from jobs.services.quota_rules import fetch, placeholders
 from jobs.services.spec import IMAGE_RULE, MAX_IMAGE_LENGTH, WorkloadSpec, prefixed
 from tenants.context import Actor
 from tenants.models import Tenant
@@ -80,22 +80,38 @@ def check_pattern(pattern: object) -> str:
 
 
 def policy_for_tenant(tenant_id: int) -> ImagePolicy:
-    """Return the image policy of one tenant, in one query. Looks across tenants on purpose: whether the
-    allow-list applies at all depends on whether any pattern exists anywhere."""
-    # The tenant's and the platform-wide patterns, plus any one row (whoever's) so
+    """Return the image policy of one tenant, in one query."""
+    return policies_for_tenants([tenant_id])[tenant_id]
+
+
+def policies_for_tenants(tenant_ids: Collection[int]) -> dict[int, ImagePolicy]:
+    """Return the image policy of each tenant in `tenant_ids`, in one query. Looks across tenants on
+    purpose: whether the allow-list applies at all depends on whether any pattern exists anywhere."""
+    ids = sorted(set(tenant_ids))
+    # The tenants' and the platform-wide patterns, plus any one row (whoever's) so
     # the same query also says whether the platform has a pattern at all.
     table = connection.ops.quote_name(AllowedImage._meta.db_table)
-    where = f"tenant_id = %s OR tenant_id IS NULL OR id = (SELECT MIN(id) FROM {table})"  # noqa: S608 -- names from the models' metadata; every value is a parameter
+    where = f"tenant_id IN ({placeholders(len(ids))}) OR tenant_id IS NULL OR id = (SELECT MIN(id) FROM {table})"  # noqa: S608 -- names from the models' metadata; every value is a parameter
     sql = f"SELECT tenant_id, pattern, notebook FROM {table} WHERE {where}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
-    rows = fetch(sql, [tenant_id])
-    own = tuple((pattern, bool(notebook)) for owner, pattern, notebook in rows if owner in (tenant_id, None))
-    return ImagePolicy(enforced=bool(rows), patterns=own)
+    rows = fetch(sql, ids) if ids else []
+    return {
+        tenant_id: ImagePolicy(
+            enforced=bool(rows),
+            patterns=tuple(
+                (pattern, bool(notebook)) for owner, pattern, notebook in rows if owner in (tenant_id, None)
+            ),
+        )
+        for tenant_id in ids
+    }
 
 
-def check_images(specs: Sequence[WorkloadSpec], tenant_id: int, *, bulk: bool) -> None:
+def check_images(
+    specs: Sequence[WorkloadSpec], tenant_id: int, *, bulk: bool, policy: ImagePolicy | None = None
+) -> None:
     """Raise ValidationError on `image` (rules `image_not_allowed`, `not_a_notebook_image`) for the first item
-    whose image the tenant may not run. One query for all items."""
-    policy = policy_for_tenant(tenant_id)
+    whose image the tenant may not run. One query for all items, none when the tenant's `policy` is given."""
+    if policy is None:
+        policy = policy_for_tenant(tenant_id)
     if not policy.enforced:
         return
     for index, spec in enumerate(specs):

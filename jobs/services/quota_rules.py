@@ -15,14 +15,14 @@ made query construction the largest part of a single submission
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.db.models import Count, Model, Q
+from django.db.models import Model
 
 from gpucloud.errors import invalid
 from inventory.choices import GpuHealth, NodeState
@@ -68,7 +68,7 @@ def _table(model: type[Model]) -> str:
 _LIMIT_COLUMNS = ("max_pending_workloads", "max_notebooks_per_user", "max_runtime_seconds")
 
 
-def _limits_sql(pool_count: int) -> str:
+def _limits_sql(pair_count: int) -> str:
     own = ", ".join(f"pq.{name}" for name in _LIMIT_COLUMNS)
     tenants = ", ".join(f"tq.{name}" for name in _LIMIT_COLUMNS)
     # Only the project's rows are locked; the tenant's limits are read as they stand, as the scheduler reads them.
@@ -77,8 +77,35 @@ def _limits_sql(pool_count: int) -> str:
         f"{_table(ProjectQuota)} pq LEFT JOIN {_table(TenantQuota)} tq "
         "ON tq.tenant_id = pq.tenant_id AND tq.pool_id = pq.pool_id"
     )
-    where = f"pq.project_id = %s AND pq.pool_id IN ({placeholders(pool_count)})"
-    return f'SELECT pq.pool_id, pq."limit", {own}, {tenants} FROM {tables} WHERE {where} ORDER BY pq.pool_id{lock}'  # noqa: S608 -- names from the models' metadata; every value is a parameter
+    pairs = ", ".join(["(%s, %s)"] * pair_count)
+    where = f"(pq.project_id, pq.pool_id) IN ({pairs})"
+    columns = f'pq.project_id, pq.pool_id, pq."limit", {own}, {tenants}'
+    # One order for every caller (project, then pool), so submissions locking several rows never deadlock.
+    return f"SELECT {columns} FROM {tables} WHERE {where} ORDER BY pq.project_id, pq.pool_id{lock}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
+
+
+def lock_limits_of(pairs: Collection[tuple[int, NodePool]]) -> dict[tuple[int, int], Limits]:
+    """Lock the quota rows of these (project id, pool) pairs and return the limits by (project id, pool id).
+
+    One query for any number of projects and pools, the tenants' limits in
+    the same pools joined in; rows are locked in (project, pool) order. A
+    pair without a quota row is left out of the result.
+    """
+    pools = {pool.pk: pool for _, pool in pairs}
+    keys = sorted({(project_id, pool.pk) for project_id, pool in pairs})
+    if not keys:
+        return {}
+    rows = fetch(_limits_sql(len(keys)), [value for key in keys for value in key])
+    return {(row[0], row[1]): _limits(pools[row[1]], row[1:]) for row in rows}
+
+
+def check_quotas_exist(project: Project, pools: Sequence[NodePool], limits: Mapping[int, Limits]) -> None:
+    """Raise ValidationError on `pool` (rule `no_quota`) when the project has no quota in one of `pools`."""
+    for pool in pools:
+        if pool.pk not in limits:
+            raise invalid(
+                "pool", "no_quota", f"Project {project.slug} has no quota in pool {pool.name}; ask a tenant admin."
+            )
 
 
 def lock_limits(project: Project, pools: Sequence[NodePool]) -> dict[int, Limits]:
@@ -88,15 +115,10 @@ def lock_limits(project: Project, pools: Sequence[NodePool]) -> dict[int, Limits
     ValidationError on `pool` (rule `no_quota`) when the project has no
     quota in one of them.
     """
-    by_id = {pool.pk: pool for pool in pools}
-    rows = fetch(_limits_sql(len(by_id)), [project.pk, *sorted(by_id)])
-    quotas = {row[0]: row for row in rows}
-    for pool_id, pool in by_id.items():
-        if pool_id not in quotas:
-            raise invalid(
-                "pool", "no_quota", f"Project {project.slug} has no quota in pool {pool.name}; ask a tenant admin."
-            )
-    return {pool_id: _limits(by_id[pool_id], row) for pool_id, row in quotas.items()}
+    found = lock_limits_of([(project.pk, pool) for pool in pools])
+    limits = {pool_id: limit for (_, pool_id), limit in found.items()}
+    check_quotas_exist(project, pools, limits)
+    return limits
 
 
 def _limits(pool: NodePool, row: tuple[Any, ...]) -> Limits:
@@ -160,15 +182,19 @@ def check_gpu_limits(specs: Sequence[WorkloadSpec], limits: dict[int, Limits], p
             raise _at(error, index, bulk)
 
 
-def check_placement(specs: Sequence[WorkloadSpec], *, bulk: bool) -> None:
+def check_placement(
+    specs: Sequence[WorkloadSpec], *, bulk: bool, nodes: Mapping[int, list[dict[str, int]]] | None = None
+) -> None:
     """Raise ValidationError when a workload asks for GPU models the pool lacks (`gpu_models`, rule
     `unknown_gpu_model`) or for more than the pool could ever place (`gpus_per_replica` or `replicas`,
-    rule `exceeds_largest_placement`). One query for every pool of the submission.
+    rule `exceeds_largest_placement`). One query for every pool of the submission, none when `nodes`
+    (from `gpus_by_node`, covering every pool of `specs`) is given.
     """
     gpu_specs = [(i, s) for i, s in enumerate(specs) if s.gpus_per_replica > 0]
     if not gpu_specs:
         return
-    nodes = _gpus_by_node(sorted({s.pool.pk for _, s in gpu_specs}))
+    if nodes is None:
+        nodes = gpus_by_node(sorted({s.pool.pk for _, s in gpu_specs}))
     for index, spec in gpu_specs:
         pool_nodes = nodes.get(spec.pool.pk, [])
         try:
@@ -188,11 +214,11 @@ def _gpus_sql(pool_count: int) -> str:
     return f"SELECT {columns}, COUNT(*) FROM {tables} WHERE {where} GROUP BY {columns}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
 
 
-def _gpus_by_node(pool_ids: list[int]) -> dict[int, list[dict[str, int]]]:
+def gpus_by_node(pool_ids: Sequence[int]) -> dict[int, list[dict[str, int]]]:
     """Return {pool id: [{GPU model: count} per node]} of the GPUs that could ever be placed on."""
     params = [True, GpuHealth.FAILED.value, *pool_ids, *(state.value for state in _GONE_NODE_STATES)]
     per_node: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
-    for pool_id, node_id, model, count in fetch(_gpus_sql(len(pool_ids)), params):
+    for pool_id, node_id, model, count in fetch(_gpus_sql(len(pool_ids)), params) if pool_ids else []:
         per_node[(pool_id, node_id)][model] = count
     result: dict[int, list[dict[str, int]]] = defaultdict(list)
     for (pool_id, _), models in sorted(per_node.items()):
@@ -233,57 +259,106 @@ def _check_fits(spec: WorkloadSpec, nodes: list[dict[str, int]]) -> None:
         )
 
 
-def check_counts(specs: Sequence[WorkloadSpec], limits: dict[int, Limits], project: Project, owner: User) -> None:
+@dataclass
+class Counts:
+    """What count limits compare against: pending workloads per (project, pool) and live notebooks per
+    (project, owner, pool), as read under the quota rows' lock and grown by what this transaction adds."""
+
+    pending: dict[tuple[int, int], int] = field(default_factory=dict)
+    notebooks: dict[tuple[int, int, int], int] = field(default_factory=dict)
+
+    def add(self, specs: Sequence[WorkloadSpec], project: Project, owner: User) -> None:
+        """Count `specs`, just accepted into `project` for `owner`, for the submissions after them."""
+        for spec in specs:
+            key = (project.pk, spec.pool.pk)
+            self.pending[key] = self.pending.get(key, 0) + 1
+            if spec.kind == WorkloadKind.NOTEBOOK:
+                owned = (project.pk, owner.pk, spec.pool.pk)
+                self.notebooks[owned] = self.notebooks.get(owned, 0) + 1
+
+
+@dataclass(frozen=True)
+class CountNeed:
+    """One submission's share of what `load_counts` reads."""
+
+    specs: Sequence[WorkloadSpec]
+    limits: Mapping[int, Limits]
+    project: Project
+    owner: User
+
+
+def _needed(need: CountNeed) -> tuple[set[tuple[int, int]], set[tuple[int, int, int]]]:
+    """Return the (project, pool) pending counts and (project, owner, pool) notebook counts a limit concerns."""
+    pending = {(need.project.pk, p) for p, limit in need.limits.items() if limit.max_pending is not None}
+    notebook_pools = {s.pool.pk for s in need.specs if s.kind == WorkloadKind.NOTEBOOK}
+    notebooks = {
+        (need.project.pk, need.owner.pk, p) for p in notebook_pools if need.limits[p].max_notebooks_per_user is not None
+    }
+    return pending, notebooks
+
+
+def load_counts(needs: Sequence[CountNeed]) -> Counts:
+    """Read the counts every submission in `needs` is limited by: one query each for pending workloads and
+    live notebooks, and none when no limit concerns them. Partial indexes (pending per project and pool,
+    live notebooks per owner) keep the counts off the rest of the backlog."""
+    pending: set[tuple[int, int]] = set()
+    notebooks: set[tuple[int, int, int]] = set()
+    for need in needs:
+        more_pending, more_notebooks = _needed(need)
+        pending |= more_pending
+        notebooks |= more_notebooks
+    counts = Counts()
+    workload = _table(Workload)
+    if pending:
+        pairs = ", ".join(["(%s, %s)"] * len(pending))
+        sql = (
+            f"SELECT project_id, pool_id, COUNT(*) FROM {workload} "  # noqa: S608 -- names from the models' metadata; every value is a parameter
+            f"WHERE state = %s AND (project_id, pool_id) IN ({pairs}) GROUP BY project_id, pool_id"
+        )
+        params = [WorkloadState.PENDING.value, *(v for key in sorted(pending) for v in key)]
+        counts.pending = {(row[0], row[1]): row[2] for row in fetch(sql, params)}
+    if notebooks:
+        triples = ", ".join(["(%s, %s, %s)"] * len(notebooks))
+        sql = (
+            f"SELECT project_id, owner_id, pool_id, COUNT(*) FROM {workload} "  # noqa: S608 -- names from the models' metadata; every value is a parameter
+            f"WHERE kind = %s AND state IN ({placeholders(len(_LIVE_STATES))}) "
+            f"AND (project_id, owner_id, pool_id) IN ({triples}) GROUP BY project_id, owner_id, pool_id"
+        )
+        params = [
+            WorkloadKind.NOTEBOOK.value,
+            *(state.value for state in _LIVE_STATES),
+            *(v for key in sorted(notebooks) for v in key),
+        ]
+        counts.notebooks = {(row[0], row[1], row[2]): row[3] for row in fetch(sql, params)}
+    return counts
+
+
+def check_counts(
+    specs: Sequence[WorkloadSpec],
+    limits: Mapping[int, Limits],
+    project: Project,
+    owner: User,
+    counts: Counts | None = None,
+) -> None:
     """Raise ValidationError when the submission would pass the project's pending limit (`project`, rule
     `max_pending_workloads`) or the owner's notebook limit (`kind`, rule `max_notebooks_per_user`) in a pool.
 
-    One query whatever the number of items, and none when no limit concerns
-    the submission: only pools with a pending limit are counted, and the
-    owner's notebooks only where notebooks are submitted into a pool with a
-    notebook limit. Partial indexes (pending per project and pool, live
-    notebooks per owner) keep the count off the rest of the backlog.
+    Compares with `counts` (from `load_counts`) when given, else reads them:
+    at most two queries whatever the number of items, and none when no
+    limit concerns the submission.
     """
+    if counts is None:
+        counts = load_counts([CountNeed(specs, limits, project, owner)])
     new_items: dict[int, list[WorkloadSpec]] = defaultdict(list)
     for spec in specs:
         new_items[spec.pool.pk].append(spec)
-    pending_pools = sorted(p for p, limit in limits.items() if limit.max_pending is not None)
-    notebook_pools = sorted(
-        p
-        for p, limit in limits.items()
-        if limit.max_notebooks_per_user is not None and any(s.kind == WorkloadKind.NOTEBOOK for s in new_items[p])
-    )
-    pending, notebooks = _counts(project, owner, pending_pools, notebook_pools)
     for pool_id, limit in limits.items():
         new = new_items[pool_id]
         new_notebooks = sum(1 for s in new if s.kind == WorkloadKind.NOTEBOOK)
-        _check_cap("project", "max_pending_workloads", pending.get(pool_id, 0), len(new), limit.max_pending, limit)
-        _check_cap(
-            "kind",
-            "max_notebooks_per_user",
-            notebooks.get(pool_id, 0),
-            new_notebooks,
-            limit.max_notebooks_per_user,
-            limit,
-        )
-
-
-def _counts(
-    project: Project, owner: User, pending_pools: list[int], notebook_pools: list[int]
-) -> tuple[dict[int, int], dict[int, int]]:
-    """Return ({pool: the project's pending workloads}, {pool: the owner's live notebooks}) in one query."""
-    if not pending_pools and not notebook_pools:
-        return {}, {}
-    is_pending = Q(state=WorkloadState.PENDING, pool_id__in=pending_pools)
-    is_notebook = Q(owner=owner, kind=WorkloadKind.NOTEBOOK, state__in=_LIVE_STATES, pool_id__in=notebook_pools)
-    rows = (
-        Workload.all_tenants.filter(project=project)
-        .filter(is_pending | is_notebook)
-        .values("pool_id")
-        .annotate(pending=Count("id", filter=is_pending), notebooks=Count("id", filter=is_notebook))
-        .order_by()
-    )
-    counted = list(rows)
-    return {r["pool_id"]: r["pending"] for r in counted}, {r["pool_id"]: r["notebooks"] for r in counted}
+        have_pending = counts.pending.get((project.pk, pool_id), 0)
+        have_notebooks = counts.notebooks.get((project.pk, owner.pk, pool_id), 0)
+        _check_cap("project", "max_pending_workloads", have_pending, len(new), limit.max_pending, limit)
+        _check_cap("kind", "max_notebooks_per_user", have_notebooks, new_notebooks, limit.max_notebooks_per_user, limit)
 
 
 _CAP_MESSAGES = {

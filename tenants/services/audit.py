@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
 from django.db import models
 
-from tenants.context import Actor, current_request_info
+from tenants.context import Actor, RequestInfo, current_request_info
 from tenants.models import AuditEvent
 
 JsonDict = dict[str, Any]
@@ -44,8 +45,28 @@ def record_audit_event(
     commit or roll back together. Request id, address and interface come
     from the request in progress (empty for CLI and workers).
     """
-    info = current_request_info()
-    return AuditEvent.all_tenants.create(
+    event = audit_event(actor=actor, action=action, obj=obj, tenant_id=tenant_id, before=before, after=after)
+    event.save(force_insert=True)
+    return event
+
+
+def audit_event(
+    *,
+    actor: Actor,
+    action: str,
+    obj: models.Model,
+    tenant_id: int | None,
+    before: JsonDict | None = None,
+    after: JsonDict | None = None,
+    info: RequestInfo | None = None,
+) -> AuditEvent:
+    """Return the audit event `record_audit_event` would write, unsaved, for `record_audit_events`.
+
+    `info` is the request the action came through; None means the request in progress.
+    """
+    if info is None:
+        info = current_request_info()
+    return AuditEvent(
         tenant_id=tenant_id,
         actor=actor.user,
         actor_label=actor.label,
@@ -60,3 +81,8 @@ def record_audit_event(
         request_id=info.request_id,
         source_ip=info.source_ip,
     )
+
+
+def record_audit_events(events: Sequence[AuditEvent]) -> None:
+    """Write events built by `audit_event` in one statement, inside the actions' transaction."""
+    AuditEvent.all_tenants.bulk_create(events)
