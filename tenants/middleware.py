@@ -38,6 +38,11 @@ def _via(path: str) -> Via:
     return Via.UI
 
 
+def request_info_for(request: HttpRequest) -> RequestInfo:
+    """Return the audit context of `request`: its id, the client's address and the interface it came through."""
+    return RequestInfo(request_id=_request_id(request), source_ip=_client_ip(request), via=_via(request.path))
+
+
 class RequestContextMiddleware:
     """Set the request's audit context for its duration and clear any tenant scope at its end."""
 
@@ -45,7 +50,7 @@ class RequestContextMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        info = RequestInfo(request_id=_request_id(request), source_ip=_client_ip(request), via=_via(request.path))
+        info = request_info_for(request)
         with request_info(info):
             try:
                 response = self.get_response(request)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from gpucloud.errors import invalid
@@ -66,11 +67,16 @@ def token_membership_role(token: ApiToken) -> Role | None:
     return Role(role) if role else None
 
 
-def _token_with_membership(**lookup: object) -> ApiToken | None:
-    """Return the token matching `lookup` with its owner, tenant and the owner's membership role there; one query."""
+def _tokens_with_membership(**lookup: object) -> QuerySet[ApiToken]:
+    """Return the tokens matching `lookup` with their owners, tenants and the owners' membership roles there."""
     membership = Membership.all_tenants.filter(tenant_id=OuterRef("tenant_id"), user_id=OuterRef("user_id"))
     tokens = ApiToken.all_tenants.select_related("user", "tenant").filter(**lookup)
-    return tokens.annotate(**{_MEMBERSHIP_ROLE: Subquery(membership.values("role")[:1])}).first()
+    return tokens.annotate(**{_MEMBERSHIP_ROLE: Subquery(membership.values("role")[:1])})
+
+
+def _token_with_membership(**lookup: object) -> ApiToken | None:
+    """Return the token matching `lookup` as `_tokens_with_membership` loads it, or None; one query."""
+    return _tokens_with_membership(**lookup).first()
 
 
 def _check_usable(token: ApiToken) -> None:
@@ -93,17 +99,49 @@ def authenticate_secret(secret: str) -> ApiToken:
     for a malformed, unknown, revoked or expired token, a deactivated owner
     or an owner no longer a member of the token's tenant.
     """
-    parsed = split_secret(secret)
-    if parsed is None:
-        raise TokenRejected("Malformed API token.")
-    token = _token_with_membership(prefix=parsed[0])
-    if token is None or not matches(token, secret):
-        raise TokenRejected("Invalid API token.")
-    _check_usable(token)
+    outcome = authenticate_secrets([secret])[0]
+    if isinstance(outcome, TokenRejected):
+        raise outcome
+    return outcome
+
+
+def authenticate_secrets(secrets: Sequence[str]) -> list[ApiToken | TokenRejected]:
+    """Check many secrets at once, as `authenticate_secret` checks one: return each one's token or refusal.
+
+    One query reads every token (and one update refreshes those whose
+    `last_used_at` is due), for interfaces that authenticate concurrent
+    requests together.
+    """
+    parsed = [split_secret(secret) for secret in secrets]
+    prefixes = sorted({p[0] for p in parsed if p is not None})
+    tokens = {t.prefix: t for t in _tokens_with_membership(prefix__in=prefixes)} if prefixes else {}
+    outcomes: list[ApiToken | TokenRejected] = []
+    for secret, split in zip(secrets, parsed, strict=True):
+        token = tokens.get(split[0]) if split is not None else None
+        if split is None:
+            outcomes.append(TokenRejected("Malformed API token."))
+        elif token is None or not matches(token, secret):
+            outcomes.append(TokenRejected("Invalid API token."))
+        else:
+            try:
+                _check_usable(token)
+            except TokenRejected as rejected:
+                outcomes.append(rejected)
+            else:
+                outcomes.append(token)
+    _touch([t for t in outcomes if isinstance(t, ApiToken)])
+    return outcomes
+
+
+def _touch(tokens: Sequence[ApiToken]) -> None:
+    """Refresh `last_used_at` of the tokens last used more than a minute ago, in one update."""
     now = timezone.now()
-    if token.last_used_at is None or now - token.last_used_at > _LAST_USED_RESOLUTION:
-        ApiToken.all_tenants.filter(pk=token.pk).update(last_used_at=now)
-    return token
+    due = {t.pk for t in tokens if t.last_used_at is None or now - t.last_used_at > _LAST_USED_RESOLUTION}
+    if due:
+        ApiToken.all_tenants.filter(pk__in=due).update(last_used_at=now)
+    for token in tokens:
+        if token.pk in due:
+            token.last_used_at = now
 
 
 def reload_token(token_id: int) -> ApiToken:
