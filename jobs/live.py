@@ -20,7 +20,7 @@ queues and returns. Groups:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -28,7 +28,8 @@ from django.db import transaction
 from gpucloud.live_layer import Outgoing, publish
 from inventory.agent.reporter import node_gpu_group
 from jobs.choices import TERMINAL_STATES
-from jobs.selectors import live_workload_rows
+from jobs.models import Workload
+from jobs.selectors import live_row_of, live_workload_rows
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,23 @@ def publish_workload_changes(workload_ids: Iterable[int], *, state_changed: Iter
     moved = {int(pk) for pk in state_changed}
     if ids:
         transaction.on_commit(lambda: _send_changes(ids, moved))
+
+
+def publish_new_workloads(workloads: Sequence[Workload]) -> None:
+    """After commit, send the rows of workloads this transaction created to their tenants' event groups.
+
+    Built from the instances instead of read back: a submission commits its
+    rows exactly as written, and at hundreds of submissions a second the
+    read-back was a query per commit.
+    """
+    by_tenant: dict[int, list[dict[str, Any]]] = {}
+    for workload in workloads:
+        by_tenant.setdefault(workload.tenant_id, []).append(live_row_of(workload))
+    messages: list[Outgoing] = [
+        (tenant_events_group(t), {"type": "workload.rows", "rows": r}) for t, r in by_tenant.items()
+    ]
+    if messages:
+        transaction.on_commit(lambda: publish(messages))
 
 
 def publish_allocations_changed(workload_id: int) -> None:

@@ -308,6 +308,12 @@ def _live_row(values: dict[str, Any]) -> LiveRow:
     }
 
 
+def live_row_of(workload: Workload) -> LiveRow:
+    """Return the live row of a workload in hand (its project loaded), as `live_workload_rows` reads it."""
+    values = {name: getattr(workload, name) for name in _LIVE_ROW_FIELDS if name != "project__slug"}
+    return _live_row({**values, "project__slug": workload.project.slug})
+
+
 def live_workload_rows(workload_ids: list[int]) -> list[tuple[int, LiveRow]]:
     """Return (tenant id, row) for each of these workloads that exists, by id; one query.
 

@@ -186,13 +186,9 @@ class _Parsed:
 def handle_batch(batch: list[Incoming]) -> list[HttpResponse | None]:
     """Answer each request of `batch`, or None for one Django must answer; one transaction for them all."""
     reset_queries()
-    import os, sys, time  # TEMP
-    t0 = time.perf_counter(); c0 = time.thread_time()
     try:
         return _answers(batch)
     finally:
-        if os.environ.get("INGEST_TRACE"):
-            print(f"batch {len(batch)} wall {1000*(time.perf_counter()-t0):.1f} cpu {1000*(time.thread_time()-c0):.1f}", file=sys.stderr)
         # What the end of a request does for Django's own connections: the pool gets its connection back.
         close_old_connections()
 

@@ -153,7 +153,7 @@ def fingerprint(project_id: int, specs: Sequence[WorkloadSpec]) -> str:
 def check_spec(spec: WorkloadSpec) -> None:
     """Return None when every field of `spec` follows its rule; raise ValidationError naming the first that does not."""
     check_kind(spec.kind)
-    _check_choice("priority_class", spec.priority_class, PriorityClass.values)
+    _check_choice("priority_class", spec.priority_class, _PRIORITY_CLASSES)
     if not isinstance(spec.name, str) or not NAME_RULE.fullmatch(spec.name):
         raise invalid(
             "name",
@@ -168,14 +168,19 @@ def check_spec(spec: WorkloadSpec) -> None:
     check_idle_timeout(spec.idle_timeout_seconds, spec.kind)
 
 
-def _check_choice(name: str, value: Any, allowed: list[str]) -> None:
+# Django builds an enum's `values` list anew on every access; these are read for every item submitted.
+_KINDS = tuple(WorkloadKind.values)
+_PRIORITY_CLASSES = tuple(PriorityClass.values)
+
+
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise invalid(name, "invalid_choice", f"Must be one of: {', '.join(allowed)}.")
 
 
 def check_kind(kind: Any) -> None:
     """Raise ValidationError on `kind` (rule `invalid_choice`) unless it is a workload kind."""
-    _check_choice("kind", kind, WorkloadKind.values)
+    _check_choice("kind", kind, _KINDS)
 
 
 def check_idle_timeout(seconds: Any, kind: str) -> None:

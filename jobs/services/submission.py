@@ -41,6 +41,7 @@ from django.db import DatabaseError, connection, transaction
 from django.http import Http404
 from django.utils import timezone
 
+from gpucloud import bulk
 from gpucloud.errors import Conflict, invalid
 from inventory.models import NodePool
 from jobs import live
@@ -452,7 +453,7 @@ def _insert(pending: list[_Pending]) -> None:
             _workload(item.project, item.user, spec, item_key, item.digest, now)
             for spec, item_key in zip(item.specs, keys, strict=True)
         )
-    workloads = Workload.all_tenants.bulk_create(rows, batch_size=500)
+    workloads = bulk.insert(rows)
     _insert_submitted_events([w.pk for w in workloads], now)
     start = 0
     audit: list[AuditEvent] = []
@@ -472,7 +473,7 @@ def _insert(pending: list[_Pending]) -> None:
         )
     record_audit_events(audit)
     request_scheduling_pass()
-    live.publish_workload_changes(w.pk for w in workloads)
+    live.publish_new_workloads(workloads)
 
 
 def _insert_submitted_events(workload_ids: list[int], now: datetime) -> None:
@@ -501,28 +502,48 @@ def _insert_submitted_events(workload_ids: list[int], now: datetime) -> None:
 def _workload(
     project: Project, owner: User, spec: WorkloadSpec, key: str | None, digest: str, now: datetime
 ) -> Workload:
-    return Workload(
-        tenant_id=project.tenant_id,
-        project=project,
-        owner=owner,
-        kind=spec.kind,
-        name=spec.name,
-        image=spec.image,
-        command=list(spec.command),
-        env=dict(spec.env),
-        gpus_per_replica=spec.gpus_per_replica,
-        replicas=spec.replicas,
-        gpu_models=sorted(set(spec.gpu_models)),
-        pool=spec.pool,
-        cpu_milli=spec.cpu_milli,
-        memory_mib=spec.memory_mib,
-        priority_class=spec.priority_class,
-        max_runtime_seconds=spec.max_runtime_seconds,
-        requeue_limit=spec.requeue_limit,
-        preset=spec.preset,
-        idle_timeout_seconds=spec.idle_timeout_seconds,
-        service_port=NOTEBOOK_PORT if spec.kind == WorkloadKind.NOTEBOOK else None,
-        submitted_at=now,
-        idempotency_key=key,
-        request_fingerprint=digest,
+    workload = bulk.new(
+        Workload,
+        {
+            "tenant_id": project.tenant_id,
+            "project_id": project.pk,
+            "owner_id": owner.pk,
+            "kind": spec.kind,
+            "name": spec.name,
+            "image": spec.image,
+            "command": list(spec.command),
+            "env": dict(spec.env),
+            "gpus_per_replica": spec.gpus_per_replica,
+            "replicas": spec.replicas,
+            "gpu_models": sorted(set(spec.gpu_models)),
+            "pool_id": spec.pool.pk,
+            "cpu_milli": spec.cpu_milli,
+            "memory_mib": spec.memory_mib,
+            "priority_class": spec.priority_class,
+            "max_runtime_seconds": spec.max_runtime_seconds,
+            "requeue_limit": spec.requeue_limit,
+            "preset_id": spec.preset.pk if spec.preset is not None else None,
+            "idle_timeout_seconds": spec.idle_timeout_seconds,
+            "service_port": NOTEBOOK_PORT if spec.kind == WorkloadKind.NOTEBOOK else None,
+            "submitted_at": now,
+            "created_at": now,
+            "updated_at": now,
+            "idempotency_key": key,
+            "request_fingerprint": digest,
+        },
     )
+    # The related rows every answer renders, already in hand.
+    _PROJECT.set_cached_value(workload, project)
+    _OWNER.set_cached_value(workload, owner)
+    _POOL.set_cached_value(workload, spec.pool)
+    if spec.preset is not None:
+        _PRESET.set_cached_value(workload, spec.preset)
+    return workload
+
+
+_PROJECT, _OWNER, _POOL, _PRESET = (
+    Workload.project.field,
+    Workload.owner.field,
+    Workload.pool.field,
+    Workload.preset.field,
+)

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db import models
 
+from gpucloud import bulk
 from tenants.context import Actor, RequestInfo, current_request_info
 from tenants.models import AuditEvent
 
@@ -85,4 +86,4 @@ def audit_event(
 
 def record_audit_events(events: Sequence[AuditEvent]) -> None:
     """Write events built by `audit_event` in one statement, inside the actions' transaction."""
-    AuditEvent.all_tenants.bulk_create(events)
+    bulk.insert(events)

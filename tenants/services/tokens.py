@@ -8,11 +8,13 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db import connection, transaction
+from django.db.models.expressions import Col
 from django.utils import timezone
 
 from gpucloud.errors import invalid
@@ -67,16 +69,74 @@ def token_membership_role(token: ApiToken) -> Role | None:
     return Role(role) if role else None
 
 
-def _tokens_with_membership(**lookup: object) -> QuerySet[ApiToken]:
-    """Return the tokens matching `lookup` with their owners, tenants and the owners' membership roles there."""
-    membership = Membership.all_tenants.filter(tenant_id=OuterRef("tenant_id"), user_id=OuterRef("user_id"))
-    tokens = ApiToken.all_tenants.select_related("user", "tenant").filter(**lookup)
-    return tokens.annotate(**{_MEMBERSHIP_ROLE: Subquery(membership.values("role")[:1])})
+_LOADED = (ApiToken, User, Tenant)
 
 
-def _token_with_membership(**lookup: object) -> ApiToken | None:
-    """Return the token matching `lookup` as `_tokens_with_membership` loads it, or None; one query."""
-    return _tokens_with_membership(**lookup).first()
+def _token_query(column: str, count: int) -> str:
+    """Return the SELECT of tokens by `column` (`prefix` or `id`) with owner, tenant and membership role.
+
+    Written out rather than built by the ORM: every API request runs it, and
+    compiling the equivalent queryset (select_related and a subquery) cost
+    several times its round trip to the database. The columns come from the
+    models' metadata, so the query follows their fields.
+    """
+    quote = connection.ops.quote_name
+    aliased = zip(_LOADED, "tuo", strict=True)
+    columns = ", ".join(f"{alias}.{quote(f.column)}" for model, alias in aliased for f in model._meta.concrete_fields)
+    token, user, tenant, membership = (quote(m._meta.db_table) for m in (*_LOADED, Membership))
+    of_owner = "m.tenant_id = t.tenant_id AND m.user_id = t.user_id"
+    role = f"(SELECT m.role FROM {membership} m WHERE {of_owner} LIMIT 1)"  # noqa: S608 -- names from the models' metadata
+    tables = f"{token} t JOIN {user} u ON u.id = t.user_id LEFT JOIN {tenant} o ON o.id = t.tenant_id"
+    where = f"t.{quote(column)} IN ({', '.join(['%s'] * count)})"
+    return f"SELECT {columns}, {role} FROM {tables} WHERE {where}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
+
+
+def _converters() -> list[tuple[Col, list[Any]]]:
+    """Return each loaded column's expression and the converters the ORM would apply to its value."""
+    columns = [f.get_col(m._meta.db_table) for m in _LOADED for f in m._meta.concrete_fields]
+    return [(col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)) for col in columns]
+
+
+def _tokens_with_membership(column: str, values: Sequence[Any]) -> list[ApiToken]:
+    """Return the tokens whose `column` is in `values`, each with its owner, tenant and the owner's membership
+    role there loaded; one query."""
+    if not values:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(_token_query(column, len(values)), list(values))
+        rows = cursor.fetchall()
+    converters = _converters()
+    tokens = []
+    for row in rows:
+        converted = list(row[:-1])
+        for index, (col, functions) in enumerate(converters):
+            for function in functions:
+                converted[index] = function(converted[index], col, connection)
+        tokens.append(_token_from(converted, row[-1]))
+    return tokens
+
+
+def _token_from(values: list[Any], role: str | None) -> ApiToken:
+    loaded = []
+    start = 0
+    for model in _LOADED:
+        fields = model._meta.concrete_fields
+        chunk = values[start : start + len(fields)]
+        start += len(fields)
+        loaded.append(None if chunk[0] is None else model.from_db("default", [f.attname for f in fields], chunk))
+    token, user, tenant = loaded
+    assert isinstance(token, ApiToken) and isinstance(user, User)
+    token.user = user
+    if isinstance(tenant, Tenant):
+        token.tenant = tenant
+    setattr(token, _MEMBERSHIP_ROLE, role)
+    return token
+
+
+def _token_with_membership(column: str, value: object) -> ApiToken | None:
+    """Return the token whose `column` is `value` as `_tokens_with_membership` loads it, or None; one query."""
+    found = _tokens_with_membership(column, [value])
+    return found[0] if found else None
 
 
 def _check_usable(token: ApiToken) -> None:
@@ -114,7 +174,7 @@ def authenticate_secrets(secrets: Sequence[str]) -> list[ApiToken | TokenRejecte
     """
     parsed = [split_secret(secret) for secret in secrets]
     prefixes = sorted({p[0] for p in parsed if p is not None})
-    tokens = {t.prefix: t for t in _tokens_with_membership(prefix__in=prefixes)} if prefixes else {}
+    tokens = {t.prefix: t for t in _tokens_with_membership("prefix", prefixes)}
     outcomes: list[ApiToken | TokenRejected] = []
     for secret, split in zip(secrets, parsed, strict=True):
         token = tokens.get(split[0]) if split is not None else None
@@ -151,7 +211,7 @@ def reload_token(token_id: int) -> ApiToken:
     streams). Raises TokenRejected as `authenticate_secret` does, and for a
     token that no longer exists.
     """
-    token = _token_with_membership(pk=token_id)
+    token = _token_with_membership("id", token_id)
     if token is None:
         raise TokenRejected("Invalid API token.")
     _check_usable(token)
