@@ -13,8 +13,8 @@ submits with an API token:
 - `--single` single submissions, spread over `--clients` client threads,
   each with its own keep-alive connection: submissions per second over the
   whole run, and p50/p99 latency of every request;
-- then `--batches` bulk submissions of `--bulk` workloads each from one
-  client (workloads per second);
+- then `--batches` bulk submissions of `--bulk` workloads each from each of
+  `--bulk-clients` clients (workloads per second over the run);
 - with `--floor N`, first N authenticated GETs of the tenant itself, spread
   over the same clients: the floor of any API request on this machine
   (authentication, tenant and role lookup, routing, rendering, the ASGI
@@ -167,16 +167,46 @@ def _single(port: int, secret: str, count: int, clients: int, floor: bool = Fals
     }
 
 
-def _bulk(port: int, secret: str, size: int, batches: int) -> dict[str, float]:
+def _bulk_client(port: int, secret: str, size: int, batches: int, offset: int, seconds: list[float]) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     path = f"/api/v1/tenants/{TENANT}/workloads/bulk/"
-    items = [{k: v for k, v in _item(i).items() if k != "project"} for i in range(size)]
-    seconds = [_post(conn, path, secret, {"project": "alpha", "items": items}) for _ in range(batches)]
+    for batch in range(batches):
+        first = offset + batch * size
+        items = [{k: v for k, v in _item(i).items() if k != "project"} for i in range(first, first + size)]
+        seconds.append(_post(conn, path, secret, {"project": "alpha", "items": items}))
+
+
+def _bulk(port: int, secret: str, size: int, batches: int, clients: int) -> dict[str, float]:
+    """`clients` clients each send `batches` bulk submissions of `size` one after another; workloads per second
+    over the whole run (after one warm-up submission per client)."""
+    per_client: list[list[float]] = [[] for _ in range(clients)]
+    warm = [threading.Thread(target=_bulk_client, args=(port, secret, size, 1, c * size, [])) for c in range(clients)]
+    for thread in warm:
+        thread.start()
+    for thread in warm:
+        thread.join()
+    offset = clients * size
+    threads = [
+        threading.Thread(
+            target=_bulk_client,
+            args=(port, secret, size, batches, offset + c * batches * size, per_client[c]),
+        )
+        for c in range(clients)
+    ]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    seconds = sorted(t for each in per_client for t in each)
     return {
         "batch_size": size,
-        "batches": batches,
-        "workloads_per_second": round(size * batches / sum(seconds), 1),
+        "batches": batches * clients,
+        "clients": clients,
+        "workloads_per_second": round(size * batches * clients / elapsed, 1),
         "median_batch_s": round(statistics.median(seconds), 3),
+        "max_batch_s": round(seconds[-1], 3),
     }
 
 
@@ -184,7 +214,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--single", type=int, default=1000)
     parser.add_argument("--bulk", type=int, default=1000)
-    parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=5, help="bulk submissions per bulk client")
+    parser.add_argument("--bulk-clients", type=int, default=1, help="clients sending bulk submissions at once")
     parser.add_argument("--clients", type=int, default=1, help="client threads sending single submissions")
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument("--floor", type=int, default=0, help="authenticated GETs of the tenant to time first")
@@ -197,7 +228,7 @@ def main() -> None:
         if args.floor:
             results["floor_get"] = _single(port, secret, args.floor, args.clients, floor=True)
         results["single"] = _single(port, secret, args.single, args.clients)
-        results["bulk"] = _bulk(port, secret, args.bulk, args.batches)
+        results["bulk"] = _bulk(port, secret, args.bulk, args.batches, args.bulk_clients)
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=20)

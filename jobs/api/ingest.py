@@ -45,7 +45,6 @@ from django.http import HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
 from django.middleware.security import SecurityMiddleware
-from django.utils.cache import patch_vary_headers
 from rest_framework.renderers import JSONRenderer
 from rest_framework.serializers import CharField, ChoiceField, DictField, Field, IntegerField, ListField
 
@@ -305,7 +304,8 @@ def _answer(incoming: Incoming, info: RequestInfo, outcome: Submission | Excepti
             return _response(incoming, info, 500, error_body("server_error", "Internal server error."))
     response = _response(incoming, info, handled.status_code, handled.data)
     for name, value in handled.items():
-        response[name] = value
+        if name.lower() != "content-type":  # the unrendered Response's is Django's default, not the API's
+            response[name] = value
     return response
 
 
@@ -321,7 +321,6 @@ def _response(incoming: Incoming, info: RequestInfo, status: int, data: Any) -> 
     """Return `data` rendered and headed as DRF and the middleware of settings.MIDDLEWARE head an API answer."""
     response = HttpResponse(JSONRenderer().render(data), status=status, content_type="application/json")
     response["Allow"] = _ALLOW[incoming.bulk]
-    patch_vary_headers(response, ("Accept",))
     response["X-Request-ID"] = info.request_id
     for middleware in _RESPONSE_MIDDLEWARE:
         middleware.process_response(incoming.request, response)

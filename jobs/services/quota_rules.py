@@ -48,6 +48,11 @@ class Limits:
     max_notebooks_per_user: int | None
     max_runtime_seconds: int | None
 
+    @property
+    def counted(self) -> bool:
+        """Whether a count limit applies: then submissions must take turns to be held to it."""
+        return self.max_pending is not None or self.max_notebooks_per_user is not None
+
 
 def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Return the rows of one read-only statement on the default database."""
@@ -61,6 +66,17 @@ def placeholders(count: int) -> str:
     return ", ".join(["%s"] * count)
 
 
+def is_in(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """Return the condition that `column` is one of `values`, and its parameters.
+
+    On Postgres one array parameter, whatever the count: a thousand
+    placeholders cost more to send and parse than the statement's work.
+    """
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s)", [list(values)]
+    return f"{column} IN ({placeholders(len(values))})", list(values)
+
+
 def _table(model: type[Model]) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
@@ -68,11 +84,11 @@ def _table(model: type[Model]) -> str:
 _LIMIT_COLUMNS = ("max_pending_workloads", "max_notebooks_per_user", "max_runtime_seconds")
 
 
-def _limits_sql(pair_count: int) -> str:
+def _limits_sql(pair_count: int, *, lock: bool) -> str:
     own = ", ".join(f"pq.{name}" for name in _LIMIT_COLUMNS)
     tenants = ", ".join(f"tq.{name}" for name in _LIMIT_COLUMNS)
     # Only the project's rows are locked; the tenant's limits are read as they stand, as the scheduler reads them.
-    lock = " FOR UPDATE OF pq" if connection.features.has_select_for_update_of else ""
+    locking = " FOR UPDATE OF pq" if lock and connection.features.has_select_for_update_of else ""
     tables = (
         f"{_table(ProjectQuota)} pq LEFT JOIN {_table(TenantQuota)} tq "
         "ON tq.tenant_id = pq.tenant_id AND tq.pool_id = pq.pool_id"
@@ -81,21 +97,22 @@ def _limits_sql(pair_count: int) -> str:
     where = f"(pq.project_id, pq.pool_id) IN ({pairs})"
     columns = f'pq.project_id, pq.pool_id, pq."limit", {own}, {tenants}'
     # One order for every caller (project, then pool), so submissions locking several rows never deadlock.
-    return f"SELECT {columns} FROM {tables} WHERE {where} ORDER BY pq.project_id, pq.pool_id{lock}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
+    return f"SELECT {columns} FROM {tables} WHERE {where} ORDER BY pq.project_id, pq.pool_id{locking}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
 
 
-def lock_limits_of(pairs: Collection[tuple[int, NodePool]]) -> dict[tuple[int, int], Limits]:
+def lock_limits_of(pairs: Collection[tuple[int, NodePool]], *, lock: bool = True) -> dict[tuple[int, int], Limits]:
     """Lock the quota rows of these (project id, pool) pairs and return the limits by (project id, pool id).
 
     One query for any number of projects and pools, the tenants' limits in
-    the same pools joined in; rows are locked in (project, pool) order. A
-    pair without a quota row is left out of the result.
+    the same pools joined in; rows are locked in (project, pool) order
+    (only read with `lock` False). A pair without a quota row is left out
+    of the result.
     """
     pools = {pool.pk: pool for _, pool in pairs}
     keys = sorted({(project_id, pool.pk) for project_id, pool in pairs})
     if not keys:
         return {}
-    rows = fetch(_limits_sql(len(keys)), [value for key in keys for value in key])
+    rows = fetch(_limits_sql(len(keys), lock=lock), [value for key in keys for value in key])
     return {(row[0], row[1]): _limits(pools[row[1]], row[1:]) for row in rows}
 
 

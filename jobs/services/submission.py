@@ -8,9 +8,11 @@ The order of a submission, all in one transaction:
    item leaves out from its launch preset;
 3. the pool is open to the tenant and the image is on its allow-list
    (`jobs.services.images`);
-4. lock the project's quota rows in the pools concerned, so concurrent
-   submissions into the same project and pool take turns: count limits hold
-   however many arrive at once;
+4. read the project's limits in the pools concerned, locking its quota rows
+   when a count limit applies or the request has an Idempotency-Key, so
+   concurrent submissions into the same project and pool take turns there:
+   count limits hold however many arrive at once, and a retry racing its
+   first attempt replays it;
 5. an `Idempotency-Key` seen before returns the first result when the
    request is the same, and is refused when it differs;
 6. the rules that read the ledger (quota, GPU models, largest placement,
@@ -309,12 +311,21 @@ def _check_images(pending: list[_Pending]) -> list[_Pending]:
 
 
 def _lock_limits(pending: list[_Pending]) -> list[_Pending]:
-    """Lock the quota rows of every project and pool of the batch, in one query and one order.
+    """Read the limits of every project and pool of the batch, locking the quota rows where order matters.
 
-    Concurrent submissions into the same project and pool take turns here:
-    count limits hold however many arrive at once.
+    Concurrent submissions into a project and pool take turns (the rows are
+    locked, in one query and one order) when a count limit applies there,
+    so it holds however many arrive at once, and when a submission into the
+    project carries an Idempotency-Key, so that a retry racing its first
+    attempt replays it. Otherwise nothing a submission checks can change
+    under it, and submissions into the same project go side by side.
     """
-    found = rules.lock_limits_of({(item.project.pk, spec.pool) for item in pending for spec in item.specs})
+    pairs = {(item.project.pk, spec.pool) for item in pending for spec in item.specs}
+    found = rules.lock_limits_of(pairs, lock=False)
+    keyed = {item.project.pk for item in pending if item.request.idempotency_key is not None}
+    in_turn = {(p, pool) for p, pool in pairs if p in keyed or ((p, pool.pk) in found and found[(p, pool.pk)].counted)}
+    if in_turn:
+        found.update(rules.lock_limits_of(in_turn))
 
     def check(item: _Pending) -> None:
         pools = _distinct_pools(item.specs)
@@ -492,11 +503,11 @@ def _insert_submitted_events(workload_ids: list[int], now: datetime) -> None:
     message = f"%s || u.{username} || %s || CAST(w.gpus_per_replica * w.replicas AS TEXT) || %s || p.name || %s"
     source = f"{workload} w JOIN {pool} p ON p.id = w.pool_id JOIN {user} u ON u.id = w.owner_id"
     rows = f"SELECT w.tenant_id, w.id, %s, '', %s, '', {message}, %s FROM {source}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
-    where = f"w.id IN ({rules.placeholders(len(workload_ids))}) ORDER BY w.id"
-    sql = f"INSERT INTO {event} ({columns}) {rows} WHERE {where}"
+    where, ids = rules.is_in("w.id", workload_ids)
+    sql = f"INSERT INTO {event} ({columns}) {rows} WHERE {where} ORDER BY w.id"
     params = ["workload.submitted", WorkloadState.PENDING.value, "Submitted by ", ": ", " GPU(s) in pool ", "."]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, now, *workload_ids])
+        cursor.execute(sql, [*params, now, *ids])
 
 
 def _workload(
