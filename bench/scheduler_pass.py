@@ -9,7 +9,8 @@ whole cluster as limit; a fractional-GPU pod counts as one GPU, CPU-only pods
 are placed by CPU and memory. Incremental pass: the cluster loaded with what
 the full pass placed (running for an hour), then 100 new arrivals (copies of
 the last 100 pods), alone and together with the backlog the full pass left.
-Only `schedule(snapshot)` is timed; building the snapshot is the shell's job.
+Only the core's pass is timed, run as the shell runs it (`jobs.scheduler.frozen.schedule`:
+the collector kept off the snapshot); building the snapshot is the shell's job.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jobs.scheduler.core import Decisions, Node, Pool, Snapshot, Workload, schedule  # noqa: E402
+from jobs.scheduler.core import Decisions, Node, Pool, Snapshot, Workload  # noqa: E402
+from jobs.scheduler.frozen import schedule  # noqa: E402
 from jobs.scheduler.simulator import build, traces  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "alibaba-gpu-v2023"

@@ -7,7 +7,7 @@ A pass is one transaction:
    embedded settings use, since the embedded console is one process);
 2. build the snapshot in a fixed number of set-based queries, whatever the
    number of workloads, nodes and GPUs;
-3. run `jobs.scheduler.core.schedule`;
+3. run `jobs.scheduler.core.schedule` (through `jobs.scheduler.frozen`, with the collector off the snapshot);
 4. commit: preemptions release their allocations first, then placements move
    pending workloads to `scheduled` with compare-and-swap (rows locked and
    re-checked, so a workload cancelled meanwhile is skipped) and create their
@@ -34,7 +34,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs.metrics import record_pass_duration
-from jobs.scheduler import core
+from jobs.scheduler import core, frozen
 from jobs.scheduler.commit import PassResult, commit
 from jobs.scheduler.snapshot import build_snapshot
 
@@ -77,7 +77,7 @@ def run_pass(*, now: datetime | None = None, config: core.SchedulerConfig | None
         started = time.perf_counter()
         snapshot, ledger = build_snapshot(now=moment, config=config or scheduler_config())
         built = time.perf_counter()
-        decisions = core.schedule(snapshot)
+        decisions = frozen.schedule(snapshot)
         decided = time.perf_counter()
         commit(decisions, ledger, moment, result)
         result.timings = {

@@ -22,8 +22,8 @@ from jobs.scheduler.core import (
     Snapshot,
     TenantQuota,
     Workload,
-    schedule,
 )
+from jobs.scheduler.frozen import schedule
 from jobs.scheduler.simulator.build import POOL, core_nodes, pending_workload
 from jobs.scheduler.simulator.metrics import Recorder, Result, check_quotas
 from jobs.scheduler.simulator.traces import Trace, TraceJob
