@@ -1,8 +1,8 @@
 """Submission API throughput on Postgres: single submissions over HTTP, and bulk submissions.
 
     DATABASE_URL=postgres://gpucloud:gpucloud@127.0.0.1:5432/gpucloud_bench \
-        .venv/bin/python bench/submissions.py [--single 1000] [--bulk 1000] [--batches 5] \
-        [--clients 1] [--workers 1] [--floor 0]
+        .venv/bin/python bench/submissions.py [--single 6000] [--clients 32] [--bulk 1000] [--batches 5] \
+        [--bulk-clients 1] [--workers 1] [--floor 0]
 
 It migrates the scratch database in DATABASE_URL, creates a bench tenant
 with a project, quotas and a pool with one ready 8-GPU node, starts the web
@@ -21,8 +21,12 @@ submits with an API token:
   server), to compare a submission's cost with.
 
 Every submission runs the full validation (allowed images included) and
-writes its event and audit entry; the bench sets no count limit, so no
-count query runs. The clients run on the same machine as the server and
+writes its event and audit entry; the bench sets no count limit and sends
+no Idempotency-Key, so no count query runs and submissions into its one
+project need not take turns. Submissions go through the API's ingest
+(`jobs/api/ingest.py`), which commits concurrent ones together: the number
+of clients sets how many are in flight, so it trades latency for
+throughput. The clients run on the same machine as the server and
 Postgres and take their share of its cores. Set REDIS_URL (and
 SECRET_KEY) to measure with the Redis broker that receives the scheduling
 triggers, as in a deployment.
@@ -212,11 +216,11 @@ def _bulk(port: int, secret: str, size: int, batches: int, clients: int) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--single", type=int, default=1000)
+    parser.add_argument("--single", type=int, default=6000)
     parser.add_argument("--bulk", type=int, default=1000)
     parser.add_argument("--batches", type=int, default=5, help="bulk submissions per bulk client")
     parser.add_argument("--bulk-clients", type=int, default=1, help="clients sending bulk submissions at once")
-    parser.add_argument("--clients", type=int, default=1, help="client threads sending single submissions")
+    parser.add_argument("--clients", type=int, default=32, help="client threads sending single submissions")
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument("--floor", type=int, default=0, help="authenticated GETs of the tenant to time first")
     args = parser.parse_args()

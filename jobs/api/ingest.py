@@ -309,6 +309,16 @@ def _answer(incoming: Incoming, info: RequestInfo, outcome: Submission | Excepti
     return response
 
 
+def _server_error(incoming: Incoming) -> HttpResponse:
+    """Return the API's 500 answer for a request whose batch failed."""
+    info = request_info_for(incoming.request)
+    with request_info(info):
+        body = error_body(
+            "server_error", "Internal server error: retry with the same Idempotency-Key to learn whether it was made."
+        )
+    return _response(incoming, info, 500, body)
+
+
 _SECURITY = SecurityMiddleware(lambda request: HttpResponse())
 _RESPONSE_MIDDLEWARE = (
     XFrameOptionsMiddleware(lambda request: HttpResponse()),
@@ -377,7 +387,13 @@ class SubmissionIngest:
         body, complete = read
         replay = _replaying(body, complete, receive)
         candidate = incoming(scope, body) if complete else None
-        answer = await self.batches.run(candidate) if candidate is not None else None
+        try:
+            answer = await self.batches.run(candidate) if candidate is not None else None
+        except Exception:  # the batch failed as a whole (the database went away, say); GroupCommit logged it
+            assert candidate is not None
+            # Not passed on: whether its transaction committed is unknown, and a retry must not run it twice.
+            await _send(send, _server_error(candidate))
+            return
         if answer is None:
             self.passed_on += 1
             await self.app(scope, replay, send)

@@ -28,11 +28,14 @@ import httpx
 import pytest
 from channels.routing import ProtocolTypeRouter
 from django.contrib.auth.models import User
+from django.db import OperationalError
+from django.http import HttpResponse
 from django.test import Client
 
 from gpucloud.asgi import application, django_asgi_app
+from gpucloud.groupcommit import GroupCommit
 from inventory.models import NodePool
-from jobs.api.ingest import SubmissionIngest, handle_batch, incoming
+from jobs.api.ingest import Incoming, SubmissionIngest, handle_batch, incoming
 from jobs.models import AllowedImage, LaunchPreset, Workload
 from tenants import services
 from tenants.context import Actor
@@ -635,3 +638,23 @@ def test_a_revoked_token_is_refused_on_its_next_submission(
     assert refused.json()["error"]["message"] == "This API token was revoked."
     assert counts(ingest) == (1, 1)
     assert list(Workload.all_tenants.values_list("name", flat=True)) == ["before"]
+
+
+# --- 6. a batch that fails as a whole ------------------------------------------------------------------------
+
+
+def test_a_batch_that_fails_as_a_whole_is_a_500_envelope_and_never_goes_to_django(
+    ready: World, credentials: dict[str, Headers], ingest: SubmissionIngest
+) -> None:
+    def database_gone(batch: list[Incoming]) -> list[HttpResponse | None]:
+        raise OperationalError("the server closed the connection")  # failure injection: the database went away
+
+    ingest.batches = GroupCommit(database_gone, name="failing-ingest", max_weight=10)
+    [answer] = one_by_one(ingest, [Call(job(name="lost"), headers=(("X-Request-ID", "req-gone0001"),))], credentials)
+    assert answer.status_code == 500
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json()["error"]["code"] == "server_error"
+    assert answer.json()["error"]["request_id"] == "req-gone0001"
+    # Passing it on could make the submission twice, had the failed batch committed after all.
+    assert counts(ingest) == (0, 0)
+    assert not Workload.all_tenants.exists()
