@@ -145,6 +145,16 @@ def _client(port: int, secret: str, names: range, timings: list[float], floor: b
     timings.extend(_post(conn, path, secret, _item(i)) * 1000 for i in names)
 
 
+def _run(threads: list[threading.Thread]) -> float:
+    """Start `threads`, wait for them all and return the seconds that took."""
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
 def _single(port: int, secret: str, count: int, clients: int, floor: bool = False) -> dict[str, float]:
     # Warm every worker process (each has its own connections and caches) before timing.
     _client(port, secret, range(20 * clients), [], floor)
@@ -153,12 +163,7 @@ def _single(port: int, secret: str, count: int, clients: int, floor: bool = Fals
         threading.Thread(target=_client, args=(port, secret, range(c, count, clients), per_client[c], floor))
         for c in range(clients)
     ]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
+    elapsed = _run(threads)
     timings = sorted(t for each in per_client for t in each)
     if len(timings) != count:
         raise SystemExit(f"only {len(timings)} of {count} submissions answered (server log: {SERVER_LOG})")
@@ -184,11 +189,7 @@ def _bulk(port: int, secret: str, size: int, batches: int, clients: int) -> dict
     """`clients` clients each send `batches` bulk submissions of `size` one after another; workloads per second
     over the whole run (after one warm-up submission per client)."""
     per_client: list[list[float]] = [[] for _ in range(clients)]
-    warm = [threading.Thread(target=_bulk_client, args=(port, secret, size, 1, c * size, [])) for c in range(clients)]
-    for thread in warm:
-        thread.start()
-    for thread in warm:
-        thread.join()
+    _run([threading.Thread(target=_bulk_client, args=(port, secret, size, 1, c * size, [])) for c in range(clients)])
     offset = clients * size
     threads = [
         threading.Thread(
@@ -197,12 +198,7 @@ def _bulk(port: int, secret: str, size: int, batches: int, clients: int) -> dict
         )
         for c in range(clients)
     ]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
+    elapsed = _run(threads)
     seconds = sorted(t for each in per_client for t in each)
     return {
         "batch_size": size,

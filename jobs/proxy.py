@@ -36,10 +36,9 @@ import asyncio
 import logging
 import re
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from contextlib import suppress
 from importlib import import_module
-from typing import Any
 from urllib.parse import urlsplit
 
 from channels.db import database_sync_to_async
@@ -51,14 +50,9 @@ from django.http.request import validate_host
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from gpucloud.asgitypes import ASGIApp, Receive, Scope, Send
 from jobs.selectors import ProxyTarget, notebook_proxy_target
 from jobs.upstream import UpstreamError, UpstreamPool, UpstreamResponse, UpstreamTimeout
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 logger = logging.getLogger(__name__)
 

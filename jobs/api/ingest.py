@@ -34,7 +34,7 @@ import io
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.serializers import CharField, ChoiceField, DictField, Field, IntegerField, ListField
 
 from gpucloud.api.errors import error_body, exception_handler
+from gpucloud.asgitypes import ASGIApp, Message, Receive, Scope, Send
 from gpucloud.groupcommit import GroupCommit
 from inventory.models import NodePool
 from jobs.api.serializers import WorkloadItemSerializer, workload_rows
@@ -60,12 +61,6 @@ from tenants.middleware import request_info_for
 from tenants.models import ApiToken, Project
 from tenants.selectors import role_in_tenant
 from tenants.services.tokens import authenticate_secrets, token_membership_role
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger(__name__)
 
