@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tenants import services
+from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import ApiToken, Membership
+from tenants.services.tokens import (
+    TokenRejected,
+    authenticate_secret,
+    authenticate_secrets,
+    reload_token,
+    token_membership_role,
+)
 from tests.conftest import World, client_for
 
 PROJECTS = "/api/v1/tenants/tenant-a/projects/"
@@ -158,3 +171,150 @@ def test_lifetime_is_bounded(world: World, settings) -> None:
         )
         assert response.status_code == 400
         assert "expires_in_days" in response.json()["error"]["fields"]
+
+
+# authenticate_secrets, authenticate_secret and reload_token: the one query behind every token check.
+
+
+def operator_token(world: World) -> services.IssuedToken:
+    return services.create_token(
+        actor=Actor(user=world.operator), tenant=None, name="ops", role="operator", expires_in_days=30
+    )
+
+
+def outcome(secret: str) -> ApiToken | str:
+    """Return what `authenticate_secret` gives for `secret`: the token, or the refusal's message."""
+    try:
+        return authenticate_secret(secret)
+    except TokenRejected as rejected:
+        return str(rejected)
+
+
+def described(outcomes: list[ApiToken | TokenRejected]) -> list[int | str]:
+    return [o.pk if isinstance(o, ApiToken) else str(o) for o in outcomes]
+
+
+def test_a_batch_of_secrets_gets_each_its_own_outcome_in_order_from_one_query(world: World) -> None:
+    valid, other_tenant, operator = issue(world), issue(world, "admin_b"), operator_token(world)
+    revoked, expired = issue(world), issue(world)
+    services.revoke_token(actor=Actor(user=world.admin_a), token=revoked.token)
+    ApiToken.all_tenants.filter(pk=expired.token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    deactivated, left = issue(world, "member_a", "member"), issue(world, "viewer_a", "viewer")
+    User.objects.filter(pk=world.member_a.pk).update(is_active=False)
+    Membership.all_tenants.filter(user=world.viewer_a).delete()
+    wrong_key = f"gpc_{valid.token.prefix}_{'x' * 43}"
+    batch = [
+        (valid.secret, valid.token.pk),
+        (revoked.secret, "This API token was revoked."),
+        ("gpc_nothing", "Malformed API token."),
+        (expired.secret, "This API token has expired."),
+        ("gpc_ffffffffffff_abc", "Invalid API token."),
+        (other_tenant.secret, other_tenant.token.pk),
+        (wrong_key, "Invalid API token."),
+        (deactivated.secret, "The token's owner is deactivated."),
+        (left.secret, "The token's owner is no longer a member of its tenant."),
+        ("", "Malformed API token."),
+        (operator.secret, operator.token.pk),
+        (valid.secret, valid.token.pk),
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        got = authenticate_secrets([secret for secret, _ in batch])
+    assert described(got) == [expected for _, expected in batch]
+    statements = [q["sql"].lstrip().split(None, 1)[0].upper() for q in queries.captured_queries]
+    assert sorted(statements) == ["SELECT", "UPDATE"]  # the tokens, then last_used_at of those due
+    for secret, expected in batch:  # one by one, the same outcomes
+        single = outcome(secret)
+        assert (single.pk if isinstance(single, ApiToken) else single) == expected
+
+
+def test_a_batch_without_a_well_formed_secret_reads_nothing(db: None) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        got = authenticate_secrets(["gpc_nothing", "Bearer", ""])
+    assert described(got) == ["Malformed API token."] * 3
+    assert not queries.captured_queries
+    assert authenticate_secrets([]) == []
+
+
+def test_an_authenticated_token_carries_its_owner_tenant_and_role_without_further_queries(
+    world: World, django_assert_num_queries: Any
+) -> None:
+    tenant_token, operator = issue(world, "admin_a", "member"), operator_token(world)
+    found = authenticate_secrets([tenant_token.secret, operator.secret])
+    assert all(isinstance(token, ApiToken) for token in found)
+    mine, ops = (token for token in found if isinstance(token, ApiToken))
+    with django_assert_num_queries(0):
+        assert (mine.user.username, mine.tenant and mine.tenant.slug, mine.role) == ("admin_a", "tenant-a", "member")
+        assert token_membership_role(mine) == Role.ADMIN  # the owner's role, which the token's caps
+        assert (ops.user.username, ops.tenant, token_membership_role(ops)) == ("operator", None, None)
+
+
+def test_loaded_tokens_hold_the_stored_values_with_aware_datetimes_and_real_booleans(world: World) -> None:
+    issued = issue(world)
+    expires = timezone.now().replace(microsecond=654321) + timedelta(days=3)
+    ApiToken.all_tenants.filter(pk=issued.token.pk).update(expires_at=expires)
+    User.objects.filter(pk=world.admin_a.pk).update(last_login=expires - timedelta(days=5, microseconds=1))
+    token = authenticate_secret(issued.secret)
+    stored = ApiToken.all_tenants.select_related("user", "tenant").get(pk=issued.token.pk)
+    assert token.expires_at == expires
+    assert token.tenant is not None and stored.tenant is not None
+    for loaded, orm in ((token, stored), (token.user, stored.user), (token.tenant, stored.tenant)):
+        for field in orm._meta.concrete_fields:
+            value, expected = getattr(loaded, field.attname), getattr(orm, field.attname)
+            assert (type(value), value) == (type(expected), expected), field.attname
+            if isinstance(value, datetime):
+                assert value.utcoffset() is not None, field.attname
+    user, tenant = token.user, token.tenant
+    assert (user.is_active, user.is_staff, user.is_superuser, tenant.is_active) == (True, False, False, True)
+    assert all(type(flag) is bool for flag in (user.is_active, user.is_staff, user.is_superuser, tenant.is_active))
+
+
+def test_last_used_is_refreshed_at_most_once_a_minute(world: World) -> None:
+    issued = issue(world)
+
+    def updates_when_authenticating() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            authenticate_secret(issued.secret)
+        return sum(q["sql"].lstrip().upper().startswith("UPDATE") for q in queries.captured_queries)
+
+    def last_used() -> datetime | None:
+        return ApiToken.all_tenants.get(pk=issued.token.pk).last_used_at
+
+    assert updates_when_authenticating() == 1
+    first = last_used()
+    assert first is not None
+    assert updates_when_authenticating() == 0
+    assert last_used() == first
+    assert authenticate_secret(issued.secret).last_used_at == first
+    ApiToken.all_tenants.filter(pk=issued.token.pk).update(last_used_at=first - timedelta(seconds=61))
+    assert updates_when_authenticating() == 1
+    refreshed = last_used()
+    assert refreshed is not None and refreshed >= first
+
+
+def test_reload_token_loads_the_token_as_authentication_does(world: World, django_assert_num_queries: Any) -> None:
+    issued = issue(world, "admin_a", "viewer")
+    with django_assert_num_queries(1):
+        token = reload_token(issued.token.pk)
+        assert (token.pk, token.user.username, token.tenant and token.tenant.slug) == (
+            issued.token.pk,
+            "admin_a",
+            "tenant-a",
+        )
+        assert token_membership_role(token) == Role.ADMIN
+    assert type(token.user.is_active) is bool and token.expires_at.utcoffset() is not None
+    assert token.expires_at == ApiToken.all_tenants.get(pk=issued.token.pk).expires_at
+
+
+def test_reload_token_refuses_as_authentication_does(world: World) -> None:
+    issued, left = issue(world), issue(world, "viewer_a", "viewer")
+    Membership.all_tenants.filter(user=world.viewer_a).delete()
+    services.revoke_token(actor=Actor(user=world.admin_a), token=issued.token)
+    missing = ApiToken.all_tenants.order_by("-pk").values_list("pk", flat=True)[0] + 1
+    for token_id, message in (
+        (issued.token.pk, "This API token was revoked."),
+        (left.token.pk, "The token's owner is no longer a member of its tenant."),
+        (missing, "Invalid API token."),
+    ):
+        with pytest.raises(TokenRejected) as rejected:
+            reload_token(token_id)
+        assert str(rejected.value) == message
