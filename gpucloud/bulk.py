@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time
 from functools import cache
 from operator import attrgetter
 from typing import Any, TypeVar
@@ -59,8 +58,7 @@ def insert(objs: Sequence[M]) -> list[M]:
     for obj in objs:
         for field in plan.stamped:
             field.pre_save(obj, True)
-    # Each row an array of the fields' values, read in C; dates and times become ISO text while encoding.
-    rows = json.dumps([plan.values(obj) for obj in objs], default=_encode)
+    rows = json.dumps([plan.row(obj) for obj in objs])
     with connection.cursor() as cursor:
         cursor.execute(plan.sql, [rows])
         ids = [row[0] for row in cursor.fetchall()]
@@ -89,6 +87,20 @@ class _Plan:
     pk: str
     defaults: list[tuple[str, Callable[[], Any]]]
     names: frozenset[str]
+    # Positions of the date and time fields (sent as ISO text) and of those whose values Django normalises
+    # before saving (an IP address: "" is NULL), in a row.
+    temporal: list[int]
+    prepared: list[tuple[int, models.Field[Any, Any]]]
+
+    def row(self, obj: models.Model) -> list[Any]:
+        """Return the instance's row: every field's value, read at once (in C), dates and times as ISO text."""
+        values = list(self.values(obj))
+        for index in self.temporal:
+            if values[index] is not None:
+                values[index] = values[index].isoformat()
+        for index, field in self.prepared:
+            values[index] = field.get_prep_value(values[index]) or None  # Django stores a blank address as NULL
+        return values
 
 
 @cache
@@ -106,6 +118,8 @@ def _plan(model: type[models.Model]) -> _Plan:
         pk=pk.attname,
         defaults=[(f.attname, _default(f)) for f in model._meta.concrete_fields],
         names=frozenset(f.attname for f in model._meta.concrete_fields),
+        temporal=[i for i, f in enumerate(fields) if isinstance(f, models.DateField | models.TimeField)],
+        prepared=[(i, f) for i, f in enumerate(fields) if isinstance(f, models.GenericIPAddressField)],
     )
 
 
@@ -134,9 +148,3 @@ def _element(index: int, field: models.Field[Any, Any]) -> str:
     db_type = "text" if isinstance(field, models.CharField | models.TextField) else field.db_type(connection)
     assert db_type is not None  # a foreign key's is its target's (bigint), without constraints
     return f"(r.value ->> {index})::{db_type}"
-
-
-def _encode(value: Any) -> Any:
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} cannot be carried as JSON")

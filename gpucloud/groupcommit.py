@@ -75,19 +75,27 @@ class GroupCommit(Generic[T, R]):
         first = self._held if self._held is not None else self._queue.get()
         self._held = None
         batch = [first]
-        total = self._weight(first[0])
+        total = self._weigh(first[0])
         while total < self._max_weight:
             try:
                 entry = self._queue.get_nowait()
             except queue.Empty:
                 break
-            weight = self._weight(entry[0])
+            weight = self._weigh(entry[0])
             if total + weight > self._max_weight:
                 self._held = entry  # first of the next batch, so the order of arrival holds
                 break
             batch.append(entry)
             total += weight
         return batch
+
+    def _weigh(self, item: T) -> int:
+        """Return the item's weight; one that cannot be weighed goes in a batch of its own."""
+        try:
+            return self._weight(item)
+        except Exception:
+            log.exception("%s: could not weigh an item", self._name)
+            return self._max_weight
 
     def _work(self) -> None:
         while True:

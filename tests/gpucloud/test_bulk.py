@@ -159,6 +159,8 @@ def audit_events(world: World) -> list[AuditEvent]:
         AuditEvent(
             tenant_id=world.tenant_b.pk, actor_label="x", source_ip="::ffff:192.0.2.1", before={}, after=[], **common
         ),
+        # A blank address is stored as NULL.
+        AuditEvent(tenant_id=None, actor_label="blank address", source_ip="", before={}, after={}, **common),
     ]
 
 
@@ -240,7 +242,7 @@ def test_insert_stores_none_json_as_sql_null_and_each_event_in_its_own_row(world
     assert sql_nulls == ({objs[0].pk, objs[2].pk}, {objs[1].pk, objs[2].pk})
     _, rows = written(bulk.insert, audit_events(world))
     assert [(r.actor_label, r.before, r.after) for r in rows] == [(o.actor_label, o.before, o.after) for o in objs]
-    assert [r.source_ip for r in rows] == ["203.0.113.7", "2001:db8::1", None, "::ffff:192.0.2.1"]
+    assert [r.source_ip for r in rows] == ["203.0.113.7", "2001:db8::1", None, "::ffff:192.0.2.1", None]
 
 
 @pytest.mark.postgres
@@ -312,3 +314,14 @@ def test_inserted_rows_outside_a_savepoint_are_there_for_the_orm(world: World) -
     objs = bulk.insert(workloads(world))
     assert Workload.all_tenants.filter(pk__in=[obj.pk for obj in objs]).count() == len(objs)
     assert Workload.all_tenants.get(pk=objs[0].pk).started_at == datetime(2024, 3, 10, 7, 0, 0, 123456, tzinfo=UTC)
+
+
+def test_a_date_inside_a_json_field_is_refused_as_bulk_create_refuses_it(world: World) -> None:
+    def refusal(write: Callable[[list[AuditEvent]], Any]) -> type[Exception]:
+        event = AuditEvent(tenant_id=None, actor_label="x", via=Via.API, action="a", object_type="o")
+        event.after = {"at": datetime(2026, 11, 24, tzinfo=UTC)}
+        with pytest.raises(TypeError) as raised, rolled_back():
+            write([event])
+        return raised.type
+
+    assert refusal(bulk.insert) is refusal(AuditEvent.all_tenants.bulk_create) is TypeError

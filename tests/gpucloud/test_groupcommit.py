@@ -262,3 +262,22 @@ def test_the_counters_add_up_over_many_rounds(item_count: int) -> None:
     assert gc.items == 3 * item_count
     assert all(len(batch) <= 2 for batch in gate.batches)
     assert_counted(gc, gate)
+
+
+def test_an_item_that_cannot_be_weighed_goes_alone_and_is_answered() -> None:
+    def weight(item: Any) -> int:
+        if item == "unweighable":
+            raise ValueError(item)
+        return 1
+
+    gate = Gate()
+    gc = group(gate, max_weight=10, weight=weight)
+
+    async def scenario() -> list[Any]:
+        first = await hold_first_batch(gc, gate, "first")
+        rest = await queue(gc, ["a", "unweighable", "b"])
+        gate.release()
+        return await outcomes([first, *rest])
+
+    assert asyncio.run(scenario()) == [answer(i) for i in ("first", "a", "unweighable", "b")]
+    assert gate.batches == [["first"], ["a"], ["unweighable"], ["b"]]
