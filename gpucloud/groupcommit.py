@@ -1,14 +1,17 @@
-"""Group commit: concurrent requests of an asyncio server handled in batches by one worker thread.
+"""Group commit: concurrent requests of an asyncio server handled in batches by worker threads.
 
-Each request awaits `GroupCommit.run(item)`. A single thread takes every
+Each request awaits `GroupCommit.run(item)`. A worker thread takes every
 item queued at that moment (up to `max_weight` in all), hands the batch to
-`handle`, and resolves each request with its own result. Nothing waits to
+`handle`, and resolves each request with its own result. With `workers`
+threads, a batch can be prepared while the one before it waits on the
+database (the GIL allows no more); batches are taken in order of arrival,
+one thread at a time, but may finish in any order. Nothing waits to
 fill a batch: a lone request goes at once, and requests arriving while a
 batch is being handled form the next one, so batches grow exactly as load
 does. One database transaction per batch then serves many requests, which
 is where the throughput comes from (`jobs.api.ingest`).
 
-`handle` runs on the worker thread, which keeps its own database
+`handle` runs on a worker thread, each thread with its own database
 connection; it returns one result per item, in order. Should it raise,
 every request of the batch gets that exception.
 """
@@ -40,6 +43,7 @@ class GroupCommit(Generic[T, R]):
         name: str,
         max_weight: int,
         weight: Callable[[T], int] = lambda item: 1,
+        workers: int = 1,
     ) -> None:
         self._handle = handle
         self._name = name
@@ -47,8 +51,10 @@ class GroupCommit(Generic[T, R]):
         self._weight = weight
         self._queue: queue.SimpleQueue[_Entry[T, R]] = queue.SimpleQueue()
         self._held: _Entry[T, R] | None = None
-        self._thread: threading.Thread | None = None
+        self._workers = workers
+        self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._taking = threading.Lock()
         # Batches handled and the items in them, for benchmarks and tests.
         self.batches = 0
         self.items = 0
@@ -62,16 +68,25 @@ class GroupCommit(Generic[T, R]):
         return await future
 
     def _start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
+        if len(self._threads) == self._workers and all(t.is_alive() for t in self._threads):
             return
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                # A daemon: a batch cut off by the process exiting is a transaction the database rolls back.
-                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
-                self._thread.start()
+            self._threads = [t for t in self._threads if t.is_alive()]
+            while len(self._threads) < self._workers:
+                # Daemons: a batch cut off by the process exiting is a transaction the database rolls back.
+                thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
 
     def _next_batch(self) -> list[_Entry[T, R]]:
         """Block for one entry, then take what else is queued, up to the weight bound (at least one entry)."""
+        with self._taking:  # one worker takes a batch at a time, so the held entry and the order stay whole
+            batch = self._take()
+            self.batches += 1
+            self.items += len(batch)
+            return batch
+
+    def _take(self) -> list[_Entry[T, R]]:
         first = self._held if self._held is not None else self._queue.get()
         self._held = None
         batch = [first]
@@ -100,8 +115,6 @@ class GroupCommit(Generic[T, R]):
     def _work(self) -> None:
         while True:
             batch = self._next_batch()
-            self.batches += 1
-            self.items += len(batch)
             try:
                 results = self._handle([item for item, _, _ in batch])
                 if len(results) != len(batch):

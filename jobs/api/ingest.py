@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIRequest
 from django.db import close_old_connections, reset_queries
@@ -366,7 +367,11 @@ class SubmissionIngest:
     def __init__(self, app: Any) -> None:
         self.app: ASGIApp = app  # Django's ASGI handler
         self.batches: GroupCommit[Incoming, HttpResponse | None] = GroupCommit(
-            handle_batch, name="submission-ingest", max_weight=MAX_BATCH_WEIGHT, weight=_weight
+            handle_batch,
+            name="submission-ingest",
+            max_weight=MAX_BATCH_WEIGHT,
+            weight=_weight,
+            workers=settings.SUBMISSION_INGEST_THREADS,
         )
         # Submissions answered here, and those passed on to Django (for tests and the curious).
         self.served = 0

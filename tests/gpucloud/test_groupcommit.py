@@ -281,3 +281,24 @@ def test_an_item_that_cannot_be_weighed_goes_alone_and_is_answered() -> None:
 
     assert asyncio.run(scenario()) == [answer(i) for i in ("first", "a", "unweighable", "b")]
     assert gate.batches == [["first"], ["a"], ["unweighable"], ["b"]]
+
+
+def test_with_two_workers_a_batch_is_handled_while_the_one_before_it_is_still_held() -> None:
+    gate = Gate()
+    gc = GroupCommit(gate, name="test-group", max_weight=100, workers=2)
+
+    async def scenario() -> tuple[list[Any], bool]:
+        first = await hold_first_batch(gc, gate, "first")
+        rest = await queue(gc, ["a", "b"])
+        answered = await outcomes(rest)  # the second worker answers these while the first batch is held
+        still_held = not first.done()
+        gate.release()
+        return [*answered, await asyncio.wait_for(first, TIMEOUT)], still_held
+
+    answers, still_held = asyncio.run(scenario())
+    assert still_held
+    assert answers == [answer("a"), answer("b"), answer("first")]
+    # The second worker may take "a" before "b" is queued: together or apart, after "first" and in order.
+    assert gate.batches[0] == ["first"]
+    assert [item for batch in gate.batches[1:] for item in batch] == ["a", "b"]
+    assert_counted(gc, gate)
