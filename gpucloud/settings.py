@@ -169,9 +169,9 @@ else:
     CHANNEL_LAYERS["live"] = {"BACKEND": _LIVE_BACKENDS[LIVE_CHANNEL_LAYER], "CONFIG": {"hosts": [REDIS_URL]}}
 # Open live connections per user, across web processes; one more is closed with code 4429.
 LIVE_MAX_CONNECTIONS_PER_USER = env_int("LIVE_MAX_CONNECTIONS_PER_USER", 20, minimum=1, maximum=10000)
-# Threads per web process committing API submissions in batches (jobs/api/ingest.py): with two, one batch
-# is validated while the one before it waits on the database.
-SUBMISSION_INGEST_THREADS = env_int("SUBMISSION_INGEST_THREADS", 2, minimum=1, maximum=16)
+# Threads per web process committing large bulk submissions (jobs/api/ingest.py): with two, one is
+# validated while the one before it waits on the database.
+SUBMISSION_INGEST_BULK_THREADS = env_int("SUBMISSION_INGEST_BULK_THREADS", 2, minimum=1, maximum=16)
 # Log lines a log stream starts with when the client names none (`?tail=`), and the most it may ask for.
 LIVE_LOG_TAIL_DEFAULT = env_int("LIVE_LOG_TAIL_DEFAULT", 200, minimum=0, maximum=5000)
 LIVE_LOG_TAIL_MAX = env_int("LIVE_LOG_TAIL_MAX", 5000, minimum=1, maximum=100000)

@@ -14,7 +14,9 @@ common case itself. A request
 goes to `jobs.services.submit_batch` along with every other such request
 in flight (`gpucloud.groupcommit`): one transaction, one set of ledger
 reads and three writes for the whole batch, each request still accepted or
-refused on its own. The answer is the API view's: the same rows
+refused on its own. Bodies of 64 KiB and more (large bulk submissions) go
+in a lane of their own, with `SUBMISSION_INGEST_BULK_THREADS` threads, so
+they never hold up single submissions. The answer is the API view's: the same rows
 (`workload_rows`), the same error envelope
 (`gpucloud.api.errors.exception_handler`), the same headers (DRF's and the
 middleware's); tests/jobs/test_ingest.py holds the two paths to that.
@@ -68,6 +70,8 @@ log = logging.getLogger(__name__)
 ROUTE = re.compile(r"^/api/v1/tenants/(?P<tenant>[^/]+)/workloads/(?P<bulk>bulk/)?$")
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """Larger bodies go to Django as they stream in: far beyond the largest bulk submission."""
+LARGE_BODY_BYTES = 64 * 1024
+"""Bodies this large (a bulk of some 300 workloads or more) take the bulk lane."""
 MAX_BATCH_WEIGHT = 4096
 """About 4 MB of request bodies per batch (a request weighs one per started kilobyte), so a batch of large
 bulk submissions stays one reasonable transaction."""
@@ -366,12 +370,18 @@ class SubmissionIngest:
 
     def __init__(self, app: Any) -> None:
         self.app: ASGIApp = app  # Django's ASGI handler
+        # Two lanes. Small submissions (single ones, small bulks) batch together on one thread: more
+        # threads only split them into smaller batches. Large bulk bodies have threads of their own, so
+        # they never hold up the small ones, and one is validated while another waits on the database.
         self.batches: GroupCommit[Incoming, HttpResponse | None] = GroupCommit(
+            handle_batch, name="submission-ingest", max_weight=MAX_BATCH_WEIGHT, weight=_weight
+        )
+        self.bulk_batches: GroupCommit[Incoming, HttpResponse | None] = GroupCommit(
             handle_batch,
-            name="submission-ingest",
+            name="submission-ingest-bulk",
             max_weight=MAX_BATCH_WEIGHT,
             weight=_weight,
-            workers=settings.SUBMISSION_INGEST_THREADS,
+            workers=settings.SUBMISSION_INGEST_BULK_THREADS,
         )
         # Submissions answered here, and those passed on to Django (for tests and the curious).
         self.served = 0
@@ -388,7 +398,7 @@ class SubmissionIngest:
         replay = _replaying(body, complete, receive)
         candidate = incoming(scope, body) if complete else None
         try:
-            answer = await self.batches.run(candidate) if candidate is not None else None
+            answer = await self._lane(candidate).run(candidate) if candidate is not None else None
         except Exception:  # the batch failed as a whole (the database went away, say); GroupCommit logged it
             assert candidate is not None
             # Not passed on: whether its transaction committed is unknown, and a retry must not run it twice.
@@ -400,6 +410,9 @@ class SubmissionIngest:
             return
         self.served += 1
         await _send(send, answer)
+
+    def _lane(self, request: Incoming) -> GroupCommit[Incoming, HttpResponse | None]:
+        return self.bulk_batches if len(request.body) >= LARGE_BODY_BYTES else self.batches
 
 
 def _weight(request: Incoming) -> int:

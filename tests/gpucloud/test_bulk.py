@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import DataError, models, transaction
+from django.db.models.signals import post_init
 from django.utils import timezone
 
 from gpucloud import bulk
@@ -325,3 +326,19 @@ def test_a_date_inside_a_json_field_is_refused_as_bulk_create_refuses_it(world: 
         return raised.type
 
     assert refusal(bulk.insert) is refusal(AuditEvent.all_tenants.bulk_create) is TypeError
+
+
+def test_new_goes_through_the_constructor_when_something_listens_to_init() -> None:
+    seen: list[Workload] = []
+
+    def listener(sender: type[models.Model], instance: Workload, **kwargs: Any) -> None:
+        seen.append(instance)
+
+    post_init.connect(listener, sender=Workload)
+    try:
+        built = bulk.new(Workload, {"name": "heard"})
+    finally:
+        post_init.disconnect(listener, sender=Workload)
+    assert seen == [built]
+    assert bulk.new(Workload, {"name": "unheard"}).name == "unheard"
+    assert len(seen) == 1

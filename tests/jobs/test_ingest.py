@@ -524,6 +524,21 @@ def test_concurrent_submissions_are_committed_together_each_answered_for_itself(
     assert ingest.batches.batches < ingest.batches.items, "no two submissions were committed together"
 
 
+def test_large_bulk_submissions_take_their_own_lane_beside_single_ones(
+    ready: World, credentials: dict[str, Headers], ingest: SubmissionIngest
+) -> None:
+    # Two bulks of 300 workloads with long commands: bodies over 64 KiB.
+    calls = [
+        Call(bulk(*[item(f"bulk-{b}-{n:03d}", command=["x" * 200]) for n in range(300)]), path=BULK) for b in range(2)
+    ]
+    calls += [Call(job(name=f"single-{i}")) for i in range(6)]
+    responses = all_at_once(ingest, calls, credentials)
+    assert [r.status_code for r in responses] == [201] * len(calls)
+    assert [r.json()["count"] for r in responses[:2]] == [300, 300]
+    assert (ingest.bulk_batches.items, ingest.batches.items) == (2, 6)
+    assert Workload.all_tenants.count() == 606
+
+
 def scope(call: Call, credentials: Mapping[str, Headers]) -> dict[str, Any]:
     """Return the ASGI scope of `call` as a server would give it to the ingest."""
     headers = {"Host": "localhost", **request_headers(call, credentials)}
