@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://gpucloud:gpucloud@127.0.0.1:5432/gpucloud_bench \
         .venv/bin/python bench/submissions.py [--single 6000] [--clients 32] [--bulk 1000] [--batches 5] \
-        [--bulk-clients 1] [--workers 1] [--floor 0]
+        [--bulk-clients 2] [--workers 1] [--floor 0]
 
 It migrates the scratch database in DATABASE_URL, creates a bench tenant
 with a project, quotas and a pool with one ready 8-GPU node, starts the web
@@ -215,7 +215,7 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=6000)
     parser.add_argument("--bulk", type=int, default=1000)
     parser.add_argument("--batches", type=int, default=5, help="bulk submissions per bulk client")
-    parser.add_argument("--bulk-clients", type=int, default=1, help="clients sending bulk submissions at once")
+    parser.add_argument("--bulk-clients", type=int, default=2, help="clients sending bulk submissions at once")
     parser.add_argument("--clients", type=int, default=32, help="client threads sending single submissions")
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument("--floor", type=int, default=0, help="authenticated GETs of the tenant to time first")
