@@ -100,13 +100,13 @@ def _limits_sql(pair_count: int, *, lock: bool) -> str:
     return f"SELECT {columns} FROM {tables} WHERE {where} ORDER BY pq.project_id, pq.pool_id{locking}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
 
 
-def lock_limits_of(pairs: Collection[tuple[int, NodePool]], *, lock: bool = True) -> dict[tuple[int, int], Limits]:
-    """Lock the quota rows of these (project id, pool) pairs and return the limits by (project id, pool id).
+def limits_of(pairs: Collection[tuple[int, NodePool]], *, lock: bool) -> dict[tuple[int, int], Limits]:
+    """Return the limits of these (project id, pool) pairs by (project id, pool id), with `lock` locking
+    their quota rows (in (project, pool) order, so that lockers never deadlock).
 
     One query for any number of projects and pools, the tenants' limits in
-    the same pools joined in; rows are locked in (project, pool) order
-    (only read with `lock` False). A pair without a quota row is left out
-    of the result.
+    the same pools joined in. A pair without a quota row is left out of the
+    result.
     """
     pools = {pool.pk: pool for _, pool in pairs}
     keys = sorted({(project_id, pool.pk) for project_id, pool in pairs})
@@ -132,7 +132,7 @@ def lock_limits(project: Project, pools: Sequence[NodePool]) -> dict[int, Limits
     ValidationError on `pool` (rule `no_quota`) when the project has no
     quota in one of them.
     """
-    found = lock_limits_of([(project.pk, pool) for pool in pools])
+    found = limits_of([(project.pk, pool) for pool in pools], lock=True)
     limits = {pool_id: limit for (_, pool_id), limit in found.items()}
     check_quotas_exist(project, pools, limits)
     return limits

@@ -174,6 +174,7 @@ class _Pending:
 
     request: SubmissionRequest
     owner: User | None = None
+    role: Role = Role.VIEWER  # the submitter's role in the tenant, once the first step has checked it
     specs: list[WorkloadSpec] = field(default_factory=list)
     limits: dict[int, rules.Limits] = field(default_factory=dict)
     digest: str = ""
@@ -247,35 +248,34 @@ def _submit_round(requests: Sequence[SubmissionRequest]) -> list[Submission | Ex
 
 
 def _check_submitters(pending: list[_Pending]) -> list[_Pending]:
-    """Who may submit: members into the projects they are assigned to, admins and operators into any."""
-    admins: list[_Pending] = []
-    members: list[_Pending] = []
-    for item in _check_each(pending, _check_role):
-        role = _role_of(item.request)
-        (admins if role.at_least(Role.ADMIN) else members).append(item)
-    assigned = _assignments({(item.project.tenant_id, item.user.pk, item.project.pk) for item in members})
+    """Who may submit: members into the projects they are assigned to, admins and operators into any.
+
+    Keeps the requests in their order: later steps (count limits) take them in turn.
+    """
+    pending = _check_each(pending, _check_role)
+    assigned = _assignments({_assignment(item) for item in pending if not item.role.at_least(Role.ADMIN)})
 
     def check(item: _Pending) -> None:
-        if (item.project.tenant_id, item.user.pk, item.project.pk) not in assigned:
+        if not item.role.at_least(Role.ADMIN) and _assignment(item) not in assigned:
             raise PermissionDenied(
                 f"You are not a member of project {item.project.slug}; ask a tenant admin to add you."
             )
 
-    return admins + _check_each(members, check)
+    return _check_each(pending, check)
 
 
-def _role_of(request: SubmissionRequest) -> Role:
-    if request.role is not None:
-        return request.role
-    return require_role(request.actor, request.project.tenant, Role.MEMBER)
+def _assignment(item: _Pending) -> tuple[int, int, int]:
+    return (item.project.tenant_id, item.user.pk, item.project.pk)
 
 
 def _check_role(item: _Pending) -> None:
     request = item.request
     if request.role is None:
-        require_role(request.actor, request.project.tenant, Role.MEMBER)
+        item.role = require_role(request.actor, request.project.tenant, Role.MEMBER)
     elif not request.role.at_least(Role.MEMBER):
         raise PermissionDenied(f"This needs the member role in tenant {request.project.tenant.slug}.")
+    else:
+        item.role = request.role
     assert request.actor.user is not None  # a role comes only with a user
     item.owner = request.actor.user
 
@@ -321,11 +321,11 @@ def _lock_limits(pending: list[_Pending]) -> list[_Pending]:
     under it, and submissions into the same project go side by side.
     """
     pairs = {(item.project.pk, spec.pool) for item in pending for spec in item.specs}
-    found = rules.lock_limits_of(pairs, lock=False)
+    found = rules.limits_of(pairs, lock=False)
     keyed = {item.project.pk for item in pending if item.request.idempotency_key is not None}
     in_turn = {(p, pool) for p, pool in pairs if p in keyed or ((p, pool.pk) in found and found[(p, pool.pk)].counted)}
     if in_turn:
-        found.update(rules.lock_limits_of(in_turn))
+        found.update(rules.limits_of(in_turn, lock=True))
 
     def check(item: _Pending) -> None:
         pools = _distinct_pools(item.specs)

@@ -401,3 +401,20 @@ def test_the_fast_response_renders_exactly_what_the_serializer_does(world: World
     stored = list(Workload.all_tenants.select_related("project", "pool", "owner").order_by("pk"))
     for workloads in (created, stored):
         assert workload_rows(workloads) == WorkloadSerializer(workloads, many=True).data
+
+
+def test_a_batch_takes_its_requests_in_order_whoever_sends_them(world: World) -> None:
+    give_quota(world, max_pending_workloads=1)
+    add_node(world)
+    assign(world.member_a, world.project_a)
+
+    def submission(user: Any, name: str) -> services.SubmissionRequest:
+        return services.SubmissionRequest(
+            actor=Actor(user=user), project=world.project_a, items=[request(world, name=name)]
+        )
+
+    # The member's request came first: it takes the one pending slot, although the admin's needs no assignment check.
+    first, second = services.submit_batch([submission(world.member_a, "first"), submission(world.admin_a, "second")])
+    assert isinstance(first, services.Submission) and first.workloads[0].name == "first"
+    assert isinstance(second, ValidationError) and "max_pending_workloads" in str(second.error_dict["project"][0].code)
+    assert list(Workload.all_tenants.values_list("name", flat=True)) == ["first"]
