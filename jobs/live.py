@@ -79,12 +79,7 @@ def publish_new_workloads(workloads: Sequence[Workload]) -> None:
     rows exactly as written, and at hundreds of submissions a second the
     read-back was a query per commit.
     """
-    by_tenant: dict[int, list[dict[str, Any]]] = {}
-    for workload in workloads:
-        by_tenant.setdefault(workload.tenant_id, []).append(live_row_of(workload))
-    messages: list[Outgoing] = [
-        (tenant_events_group(t), {"type": "workload.rows", "rows": r}) for t, r in by_tenant.items()
-    ]
+    messages = _rows_by_tenant((w.tenant_id, live_row_of(w)) for w in workloads)
     if messages:
         transaction.on_commit(lambda: publish(messages))
 
@@ -115,11 +110,15 @@ def _send_changes(ids: list[int], moved: set[int]) -> None:
     except Exception:
         log.exception("live workload rows could not be read")
         return
+    messages: list[Outgoing] = [
+        (workload_group(row["id"]), state_message(row["state"])) for _, row in rows if row["id"] in moved
+    ]
+    publish(messages + _rows_by_tenant(rows))
+
+
+def _rows_by_tenant(rows: Iterable[tuple[int, dict[str, Any]]]) -> list[Outgoing]:
+    """Return one `workload.rows` message per tenant, to its event group, with that tenant's rows in order."""
     by_tenant: dict[int, list[dict[str, Any]]] = {}
-    messages: list[Outgoing] = []
     for tenant_id, row in rows:
         by_tenant.setdefault(tenant_id, []).append(row)
-        if row["id"] in moved:
-            messages.append((workload_group(row["id"]), state_message(row["state"])))
-    messages += [(tenant_events_group(t), {"type": "workload.rows", "rows": r}) for t, r in by_tenant.items()]
-    publish(messages)
+    return [(tenant_events_group(t), {"type": "workload.rows", "rows": r}) for t, r in by_tenant.items()]
