@@ -28,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+from _fleet import fleet
 from _proc import cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,27 +39,7 @@ WARMUP = 10.0
 
 def _setup(nodes: int, gpus: int) -> list[str]:
     """Create (or reset) the bench pool's nodes and GPUs; return the node names."""
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
-
-    from inventory.models import Gpu, Node, NodePool
-
-    if connection.vendor != "postgresql" or not os.environ.get("REDIS_URL"):
-        raise SystemExit("Set DATABASE_URL to a scratch Postgres database and REDIS_URL: this measures both.")
-    call_command("migrate", verbosity=0)
-    pool, _ = NodePool.objects.get_or_create(name="bench-heartbeats")
-    Node.objects.filter(pool=pool).delete()
-    created = Node.objects.bulk_create(
-        Node(name=f"hb-{i:05d}", pool=pool, runtime="docker", state="ready") for i in range(nodes)
-    )
-    Gpu.objects.bulk_create(
-        Gpu(node=node, index=g, uuid=f"GPU-{node.name}-{g}", model="NVIDIA H100 80GB HBM3")
-        for node in created
-        for g in range(gpus)
-    )
+    created, _ = fleet("bench-heartbeats", "hb", nodes, gpus, lambda node, g: f"GPU-{node}-{g}")
     return [node.name for node in created]
 
 

@@ -41,39 +41,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _fleet import fleet
 from _proc import cpu_seconds, rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpucloud.settings")
-MODEL = "NVIDIA H100 80GB HBM3"
 CONNECT_TIMEOUT = 120.0
 
 
 def _setup(nodes: int, gpus: int, clients: int) -> tuple[list[str], list[str]]:
     """Create (or reset) the bench nodes, GPUs and operators; return node names and one token per client."""
-    import django
-
-    django.setup()
+    created, _ = fleet("bench-live", "live", nodes, gpus, lambda node, g: f"GPU-{node}-{g:02d}")
     from django.contrib.auth.models import User
-    from django.core.management import call_command
-    from django.db import connection
 
-    from inventory.models import Gpu, Node, NodePool
     from tenants.context import Actor
     from tenants.services.tokens import create_token
 
-    if connection.vendor != "postgresql" or not os.environ.get("REDIS_URL"):
-        raise SystemExit("Set DATABASE_URL to a scratch Postgres database and REDIS_URL: this measures both.")
-    call_command("migrate", verbosity=0)
-    pool, _ = NodePool.objects.get_or_create(name="bench-live")
-    Node.objects.filter(pool=pool).delete()
-    created = Node.objects.bulk_create(
-        Node(name=f"live-{i:05d}", pool=pool, runtime="docker", state="ready") for i in range(nodes)
-    )
-    Gpu.objects.bulk_create(
-        Gpu(node=node, index=g, uuid=f"GPU-{node.name}-{g:02d}", model=MODEL) for node in created for g in range(gpus)
-    )
     User.objects.filter(username__startswith="bench-live-").delete()
     users = User.objects.bulk_create(User(username=f"bench-live-{i:04d}", is_staff=True) for i in range(clients))
     # Through the token service, as a user creating a token in the console does.

@@ -196,13 +196,18 @@ def _download(client: httpx.Client, url: str, headers: dict[str, str], size: int
     return size / elapsed / 1e6
 
 
-def _downloads(direct: str, console: str, workload_id: int, cookie: str, size_mb: int, runs: int) -> dict[str, Any]:
-    path = f"/notebooks/{workload_id}/files/{FILE}"
-    size = size_mb * 1024 * 1024
-    ways = {
+def _ways(direct: str, console: str, path: str, cookie: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """Return the URL and headers of `path` each way: straight to Jupyter with its token, or through the proxy."""
+    return {
         "direct": (direct + path, {"Authorization": f"token {TOKEN}"}),
         "proxied": (console + path, {"Cookie": cookie}),
     }
+
+
+def _downloads(direct: str, console: str, workload_id: int, cookie: str, size_mb: int, runs: int) -> dict[str, Any]:
+    path = f"/notebooks/{workload_id}/files/{FILE}"
+    size = size_mb * 1024 * 1024
+    ways = _ways(direct, console, path, cookie)
     speeds: dict[str, list[float]] = {way: [] for way in ways}
     with httpx.Client(timeout=60, trust_env=False) as client:
         for run in range(runs + 1):
@@ -223,10 +228,7 @@ def _downloads(direct: str, console: str, workload_id: int, cookie: str, size_mb
 def _small_requests(direct: str, console: str, workload_id: int, cookie: str, count: int) -> dict[str, Any]:
     """Return p50/p99 ms of `count` small GETs (Jupyter's status) each way: what the per-request check costs."""
     path = f"/notebooks/{workload_id}/api/status"
-    ways = {
-        "direct": (direct + path, {"Authorization": f"token {TOKEN}"}),
-        "proxied": (console + path, {"Cookie": cookie}),
-    }
+    ways = _ways(direct, console, path, cookie)
     timings: dict[str, list[float]] = {way: [] for way in ways}
     with httpx.Client(timeout=30, trust_env=False) as client:
         for run in range(count + 10):

@@ -43,6 +43,7 @@ import threading
 import time
 from pathlib import Path
 
+from _fleet import fleet
 from _proc import cpu_seconds
 from heartbeats import _controller
 
@@ -55,28 +56,9 @@ POLL_SECONDS = 0.1
 
 def _setup(nodes: int, gpus: int) -> tuple[list[str], tuple[int, int]]:
     """Create (or reset) the bench pool's nodes and GPUs (UUIDs as their simulated probes report them)."""
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
-
     from inventory.drivers.simulated import simulated_uuid
-    from inventory.models import Gpu, Node, NodePool
 
-    if connection.vendor != "postgresql" or not os.environ.get("REDIS_URL"):
-        raise SystemExit("Set DATABASE_URL to a scratch Postgres database and REDIS_URL: this measures both.")
-    call_command("migrate", verbosity=0)
-    pool, _ = NodePool.objects.get_or_create(name="bench-telemetry")
-    Node.objects.filter(pool=pool).delete()
-    created = Node.objects.bulk_create(
-        Node(name=f"tm-{i:05d}", pool=pool, runtime="docker", state="ready") for i in range(nodes)
-    )
-    made = Gpu.objects.bulk_create(
-        Gpu(node=node, index=g, uuid=simulated_uuid(node.name, g), model="NVIDIA H100 80GB HBM3")
-        for node in created
-        for g in range(gpus)
-    )
+    created, made = fleet("bench-telemetry", "tm", nodes, gpus, simulated_uuid)
     ids = [gpu.pk for gpu in made]
     return [node.name for node in created], (min(ids), max(ids))
 
