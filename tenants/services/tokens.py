@@ -123,7 +123,7 @@ def _token_from(values: list[Any], role: str | None) -> ApiToken:
         fields = model._meta.concrete_fields
         chunk = values[start : start + len(fields)]
         start += len(fields)
-        loaded.append(None if chunk[0] is None else model.from_db("default", [f.attname for f in fields], chunk))
+        loaded.append(None if chunk[0] is None else model.from_db(connection.alias, [f.attname for f in fields], chunk))
     token, user, tenant = loaded
     assert isinstance(token, ApiToken) and isinstance(user, User)
     token.user = user
