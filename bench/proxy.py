@@ -204,6 +204,17 @@ def _ways(direct: str, console: str, path: str, cookie: str) -> dict[str, tuple[
     }
 
 
+def _side_by_side(timings: dict[str, list[float]]) -> dict[str, Any]:
+    """Return the percentiles of each way's timings and what the proxy adds at p50 and p99."""
+    direct, proxied = _percentiles(timings["direct"]), _percentiles(timings["proxied"])
+    return {
+        "direct": direct,
+        "proxied": proxied,
+        "added_p50_ms": round(proxied["p50_ms"] - direct["p50_ms"], 2),
+        "added_p99_ms": round(proxied["p99_ms"] - direct["p99_ms"], 2),
+    }
+
+
 def _downloads(direct: str, console: str, workload_id: int, cookie: str, size_mb: int, runs: int) -> dict[str, Any]:
     path = f"/notebooks/{workload_id}/files/{FILE}"
     size = size_mb * 1024 * 1024
@@ -238,13 +249,7 @@ def _small_requests(direct: str, console: str, workload_id: int, cookie: str, co
                     raise SystemExit(f"{url} did not answer 200")
                 if run >= 10:
                     timings[way].append((time.perf_counter() - started) * 1000)
-    direct_p, proxied_p = _percentiles(timings["direct"]), _percentiles(timings["proxied"])
-    return {
-        "requests": count,
-        "direct": direct_p,
-        "proxied": proxied_p,
-        "added_p50_ms": round(proxied_p["p50_ms"] - direct_p["p50_ms"], 2),
-    }
+    return {"requests": count, **_side_by_side(timings)}
 
 
 def _execute(channel: ClientConnection, session: str) -> float:
@@ -302,14 +307,7 @@ def _round_trips(direct: str, console: str, workload_id: int, cookie: str, messa
                 elapsed = _execute(channel, f"bench-{way}")
                 if i >= 30:  # warm-up: the kernel's first executions are slower
                     timings[way].append(elapsed)
-    direct_stats, proxied_stats = _percentiles(timings["direct"]), _percentiles(timings["proxied"])
-    return {
-        "messages": messages,
-        "direct": direct_stats,
-        "proxied": proxied_stats,
-        "added_p50_ms": round(proxied_stats["p50_ms"] - direct_stats["p50_ms"], 2),
-        "added_p99_ms": round(proxied_stats["p99_ms"] - direct_stats["p99_ms"], 2),
-    }
+    return {"messages": messages, **_side_by_side(timings)}
 
 
 def main() -> None:
