@@ -51,4 +51,5 @@ def test_objects_someone_else_froze_stay_frozen() -> None:
     gc.freeze()
     before = gc.get_freeze_count()
     frozen.schedule(_busy_cluster())
-    assert gc.get_freeze_count() == before
+    # Unfreezing would empty the permanent generation; frozen objects other threads free leave it meanwhile.
+    assert 0 < gc.get_freeze_count() <= before
