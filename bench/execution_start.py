@@ -78,7 +78,7 @@ def _start_workers(work_dir: Path) -> None:
     config = AgentConfig(node=NODE, work_dir=work_dir, pull_images=False, probe="simulated")
     activate(config)
     executor._executor = executor.Executor(config)
-    embedded.start_worker(app, queues=["control", agent_queue_for(NODE)], concurrency=4)
+    embedded.start_workers(app, agent_queue=agent_queue_for(NODE))
 
 
 def _gpucloud_run(user: object, project: object, pool: object) -> float:

@@ -63,7 +63,7 @@ def _start(work_dir: Path) -> str:
     config = AgentConfig(node=NODE, work_dir=work_dir, process_enabled=True, probe="simulated")
     activate(config)
     executor._executor = executor.Executor(config)
-    embedded.start_worker(app, queues=["control", agent_queue_for(NODE)], concurrency=4)
+    embedded.start_workers(app, agent_queue=agent_queue_for(NODE))
     server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=0, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:

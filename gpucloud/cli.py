@@ -76,7 +76,7 @@ def cmd_up(args: argparse.Namespace) -> None:
 
         # The agent of this machine's node runs here too, on its own queue.
         agent = config_from_settings()
-        embedded.start_worker(app, queues=["control", agent_queue_for(agent.node)])
+        embedded.start_workers(app, agent_queue=agent_queue_for(agent.node))
         embedded.start_beat(app, schedule_file=settings.DATA_DIR / "celerybeat-schedule")
         start_reporter(agent)
         print(f"Embedded agent of node {agent.node!r}: register a node of that name to use this machine.", flush=True)
@@ -155,7 +155,11 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--host", default=os.environ.get("GPUCLOUD_HOST", "127.0.0.1"))
         sub.add_argument("--port", type=int, default=int(os.environ.get("GPUCLOUD_PORT", "8000")))
     worker = commands.add_parser("worker", help="run a Celery worker")
-    worker.add_argument("--queues", default="control")
+    worker.add_argument(
+        "--queues",
+        default="control,ingest",
+        help="comma-separated queues (default: control,ingest; run one worker per queue so logs never delay control)",
+    )
     worker.add_argument("--beat", action="store_true", help="also run the periodic scheduler")
     worker.add_argument("--loglevel", default="INFO")
     agent = commands.add_parser("agent", help="run the agent of one node")

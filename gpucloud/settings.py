@@ -182,6 +182,8 @@ CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
 CELERY_BROKER_TRANSPORT_OPTIONS = {} if REDIS_URL else {"polling_interval": 0.01}
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_DEFAULT_QUEUE = "control"
+# Bulk data (log batches) has a queue and worker threads of its own, so it never starves control work.
+CELERY_TASK_ROUTES = {"jobs.ingest_logs": {"queue": "ingest"}, "jobs.ingest_log_batches": {"queue": "ingest"}}
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)

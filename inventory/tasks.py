@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from gpucloud.control import CoalescingTask
 from inventory import mailbox, selectors, services
 from inventory.agent.simulated import simulated_reports
 from inventory.services.rollups import purge_expired_minutes
@@ -34,18 +35,28 @@ def complete_provisioning(report: dict[str, Any], node_id: int, attempt: int) ->
     return node.state if node is not None else None
 
 
-@shared_task(name="inventory.apply_heartbeats")
+@shared_task(name="inventory.apply_heartbeats", base=CoalescingTask)
 def apply_heartbeats() -> int:
     """Periodic (every second): apply every agent report waiting in the mailbox as one batch.
 
     Single-flight: a run that finds another one in progress returns at once.
+    """
+    return apply_waiting_reports(wait_seconds=0.0) or 0
+
+
+def apply_waiting_reports(*, wait_seconds: float) -> int | None:
+    """Apply every report waiting in the mailbox; return how many, or None if another run held it throughout.
+
     A batch that took longer than BURST_SECONDS to apply (the minute
     flushes of every agent) is followed at once by another: the reports
-    that piled up meanwhile would otherwise wait for the next beat, which
-    the lock made this run swallow.
+    that piled up meanwhile would otherwise wait for the next beat. A run
+    in progress elsewhere is waited for up to `wait_seconds`.
     """
-    if not cache.add(HEARTBEAT_LOCK, 1, timeout=60):
-        return 0
+    deadline = time.monotonic() + wait_seconds
+    while not cache.add(HEARTBEAT_LOCK, 1, timeout=60):
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
     try:
         applied, deadline = 0, time.monotonic() + BURST_LIMIT_SECONDS
         while True:
@@ -58,19 +69,26 @@ def apply_heartbeats() -> int:
         cache.delete(HEARTBEAT_LOCK)
 
 
-@shared_task(name="inventory.heartbeat_simulated_nodes")
+@shared_task(name="inventory.heartbeat_simulated_nodes", base=CoalescingTask)
 def heartbeat_simulated_nodes() -> int:
     """Report for the simulated nodes, which have no agent process of their own."""
     return services.record_heartbeats(simulated_reports(selectors.simulated_nodes_to_heartbeat()))
 
 
-@shared_task(name="inventory.check_nodes")
+@shared_task(name="inventory.check_nodes", base=CoalescingTask)
 def check_nodes() -> dict[str, Any]:
-    """Periodic: unreachable nodes, stalled provisioning, drained nodes reaching maintenance."""
+    """Periodic: unreachable nodes, stalled provisioning, drained nodes reaching maintenance.
+
+    A node is judged only after every report already in the mailbox has been
+    applied: a controller that fell behind must not mistake its own backlog
+    for a silent node. When the mailbox cannot be drained now, no node is
+    judged this time.
+    """
+    drained = apply_waiting_reports(wait_seconds=BURST_LIMIT_SECONDS)
     return {
-        "unreachable": services.mark_unreachable_nodes(
-            timeout=timedelta(seconds=settings.NODE_HEARTBEAT_TIMEOUT_SECONDS)
-        ),
+        "unreachable": []
+        if drained is None
+        else services.mark_unreachable_nodes(timeout=timedelta(seconds=settings.NODE_HEARTBEAT_TIMEOUT_SECONDS)),
         "provisioning_failed": services.fail_stalled_provisioning(
             timeout=timedelta(seconds=settings.NODE_PROVISION_TIMEOUT_SECONDS)
         ),
@@ -78,7 +96,7 @@ def check_nodes() -> dict[str, Any]:
     }
 
 
-@shared_task(name="inventory.purge_telemetry", ignore_result=True)
+@shared_task(name="inventory.purge_telemetry", base=CoalescingTask, ignore_result=True)
 def purge_telemetry() -> int:
     """Periodic (daily): delete per-minute GPU rollups older than TELEMETRY_RETENTION_DAYS."""
     return purge_expired_minutes(now=timezone.now())

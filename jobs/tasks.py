@@ -8,11 +8,12 @@ from typing import Any
 from celery import Task, shared_task
 from django.utils import timezone
 
+from gpucloud.control import INGEST_QUEUE, CoalescingTask
 from jobs.scheduler.shell import run_pass
 from jobs.services import execution, idle, logs, reconcile, replicas, watchdog
 
 
-@shared_task(name="jobs.schedule_pass", ignore_result=True)
+@shared_task(name="jobs.schedule_pass", base=CoalescingTask, ignore_result=True)
 def schedule_pass() -> dict[str, Any] | None:
     """Run one scheduling pass; a pass already running elsewhere makes this one return None at once."""
     result = run_pass()
@@ -89,17 +90,19 @@ def ingest_log_batches(batches: list[dict[str, Any]]) -> int:
     retry = [{**batch, "retries": int(batch.get("retries", 0)) + 1} for batch in waiting]
     kept = [batch for batch in retry if batch["retries"] <= INGEST_RETRIES]
     if kept:
-        ingest_log_batches.apply_async(kwargs={"batches": kept}, countdown=1.0, queue="control")
+        ingest_log_batches.apply_async(kwargs={"batches": kept}, countdown=1.0, queue=INGEST_QUEUE)
     return len(batches) - len(waiting)
 
 
 @shared_task(name="jobs.node_replicas", ignore_result=True)
-def node_replicas(node: str, managed: list[dict[str, Any]]) -> dict[str, int]:
-    """An agent's list of the replicas its runtime manages: compare it with the ledger."""
-    return reconcile.reconcile_node(node=node, managed=managed)
+def node_replicas(
+    node: str, managed: list[dict[str, Any]], starting: list[str] | None = None, gone: list[str] | None = None
+) -> dict[str, int]:
+    """An agent's own view of its replicas (runtime list, starting, gone): compare it with the ledger."""
+    return reconcile.reconcile_node(node=node, managed=managed, starting=starting, gone=gone)
 
 
-@shared_task(name="jobs.reconcile", ignore_result=True)
+@shared_task(name="jobs.reconcile", base=CoalescingTask, ignore_result=True)
 def reconcile_workloads() -> dict[str, int]:
     """Periodic: repair the ledger, ask every live node what it runs, handle lost nodes."""
     counts = reconcile.reconcile_ledger()
@@ -108,19 +111,19 @@ def reconcile_workloads() -> dict[str, int]:
     return counts
 
 
-@shared_task(name="jobs.enforce_time_limits", ignore_result=True)
+@shared_task(name="jobs.enforce_time_limits", base=CoalescingTask, ignore_result=True)
 def enforce_time_limits() -> dict[str, int]:
     """Periodic: stop workloads past their maximum runtime, fail launches past the start timeout."""
     return watchdog.enforce_time_limits(now=timezone.now())
 
 
-@shared_task(name="jobs.check_idle_notebooks", ignore_result=True)
+@shared_task(name="jobs.check_idle_notebooks", base=CoalescingTask, ignore_result=True)
 def check_idle_notebooks() -> dict[str, int]:
     """Periodic: track notebooks' activity, warn the idle ones' owners, stop those idle past their timeout."""
     return idle.check_idle_notebooks(now=timezone.now())
 
 
-@shared_task(name="jobs.purge_expired_logs", ignore_result=True)
+@shared_task(name="jobs.purge_expired_logs", base=CoalescingTask, ignore_result=True)
 def purge_expired_logs() -> int:
     """Periodic: delete log chunks past their tenant's retention."""
     return logs.purge_expired_logs(now=timezone.now())

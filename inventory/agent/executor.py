@@ -65,10 +65,15 @@ _REMEMBERED_STOPS = 10_000
 
 
 def report(task: str, **kwargs: Any) -> None:
-    """Send one report to the controller (queue `control`); the broker keeps it while the controller is down."""
-    from gpucloud.celery import app
+    """Send one report to the controller; the broker keeps it while the controller is down.
 
-    app.send_task(task, kwargs=kwargs, queue="control")
+    Log batches travel on the ingest queue, every other report on `control`
+    (`gpucloud.control.queue_for`), so output never delays an exit report's turn.
+    """
+    from gpucloud.celery import app
+    from gpucloud.control import queue_for
+
+    app.send_task(task, kwargs=kwargs, queue=queue_for(task))
 
 
 class LogOutbox:
@@ -160,6 +165,7 @@ class Executor:
         self._runtimes: dict[tuple[str, str], Runtime] = {}
         self._watchers: dict[str, threading.Thread] = {}
         self._stopped: OrderedDict[str, None] = OrderedDict()
+        self._starting: set[str] = set()
         self._lock = threading.Lock()
 
     def report(self, task: str, **kwargs: Any) -> None:
@@ -187,11 +193,26 @@ class Executor:
     # --- start ---------------------------------------------------------------
 
     def start(self, spec: dict[str, Any]) -> None:
-        """Start (or adopt) the replica `spec` describes, report it, and watch it until it ends."""
+        """Start (or adopt) the replica `spec` describes, report it, and watch it until it ends.
+
+        A start of a replica this agent is already starting is a no-op (the
+        controller re-sends starts it has no answer for; the first one reports).
+        """
         ref = ReplicaRef.from_message(spec)
         if self._was_stopped(ref.name):
             self.report("jobs.replica_exited", **ref.ids(), exit_code=None, message="Stopped before it started.")
             return
+        with self._lock:
+            if ref.name in self._starting:
+                return
+            self._starting.add(ref.name)
+        try:
+            self._start(ref, spec)
+        finally:
+            with self._lock:
+                self._starting.discard(ref.name)
+
+    def _start(self, ref: ReplicaRef, spec: dict[str, Any]) -> None:
         try:
             handle = self.runtime(ref.runtime, ref.node).start(driver_spec(spec), timeout=START_TIMEOUT)
         except Exception as error:
@@ -216,19 +237,37 @@ class Executor:
             log_cursor=message.get("log_cursor") or "",
             ready_path=message.get("ready_path") or "",
             secret=message.get("secret") or "",
+            report_start=bool(message.get("report_start", True)),
         )
 
-    def watch_handle(self, ref: ReplicaRef, handle: Handle, *, log_cursor: str, ready_path: str, secret: str) -> None:
-        """Report the replica started and follow it on a thread of its own, unless one already does."""
+    def watch_handle(
+        self,
+        ref: ReplicaRef,
+        handle: Handle,
+        *,
+        log_cursor: str,
+        ready_path: str,
+        secret: str,
+        report_start: bool = True,
+    ) -> None:
+        """Report the replica started and follow it on a thread of its own, unless one already does.
+
+        A new watcher always reports the start; an existing one's replica is
+        reported again when `report_start` says the controller has not heard
+        of it (its first report was lost, e.g. with a restarted broker). The
+        report is idempotent.
+        """
         with self._lock:
             current = self._watchers.get(ref.name)
-            if current is not None and current.is_alive():
-                return
-            watcher = _Watcher(self, ref, handle, log_cursor, ready_path, secret)
-            thread = threading.Thread(target=watcher.run, name=f"watch-{ref.name}", daemon=True)
-            self._watchers[ref.name] = thread
-        self.report("jobs.replica_started", **ref.ids(), handle=handle, endpoint=str(handle.get("endpoint") or ""))
-        thread.start()
+            thread: threading.Thread | None = None
+            if current is None or not current.is_alive():
+                watcher = _Watcher(self, ref, handle, log_cursor, ready_path, secret)
+                thread = threading.Thread(target=watcher.run, name=f"watch-{ref.name}", daemon=True)
+                self._watchers[ref.name] = thread
+        if thread is not None or report_start:
+            self.report("jobs.replica_started", **ref.ids(), handle=handle, endpoint=str(handle.get("endpoint") or ""))
+        if thread is not None:
+            thread.start()
 
     # --- stop ------------------------------------------------------------------
 
@@ -268,6 +307,23 @@ class Executor:
             return name in self._stopped
 
     # --- reconcile -------------------------------------------------------------
+
+    def inventory_report(self, *, node: str, runtime: str, confirmed: list[str]) -> dict[str, Any]:
+        """Return the node's own view for reconcile (`jobs.node_replicas` arguments), taken now.
+
+        `managed`: every replica the runtime has, in any state; `starting`:
+        replicas this agent is starting right now; `gone`: those of
+        `confirmed` (replicas the controller heard were started before it
+        asked) that the runtime no longer has and this agent is not
+        starting. Only `gone` ever makes the controller declare a replica
+        vanished: a replica is never judged by how late a message arrives.
+        """
+        with self._lock:
+            starting = sorted(self._starting)
+        managed = self.inventory(node=node, runtime=runtime)
+        present = {item["name"] for item in managed} | set(starting)
+        gone = [name for name in confirmed if name not in present]
+        return {"node": node, "managed": managed, "starting": starting, "gone": gone}
 
     def inventory(self, *, node: str, runtime: str) -> list[dict[str, Any]]:
         """Return every replica the node's runtime manages, as JSON for `jobs.node_replicas`."""

@@ -34,6 +34,11 @@ def start_reporter(config: AgentConfig) -> tuple[Reporter, threading.Thread]:
     return reporter, reporter.start_thread()
 
 
+# The agent's tasks mostly wait on the runtime (a start may take minutes, a stop its grace period): enough
+# threads that a reconcile's inventory request never waits behind them.
+AGENT_THREADS = 16
+
+
 def worker_argv(config: AgentConfig, *, loglevel: str = "INFO") -> list[str]:
     """Return the Celery worker arguments of an agent: its own queue only, threads (it mostly waits on I/O)."""
     return [
@@ -45,7 +50,7 @@ def worker_argv(config: AgentConfig, *, loglevel: str = "INFO") -> list[str]:
         "--pool",
         "threads",
         "--concurrency",
-        "4",
+        str(AGENT_THREADS),
         "--without-gossip",
         "--without-mingle",
         "--loglevel",

@@ -36,7 +36,7 @@ def watch_replica(**message: Any) -> None:
 
 
 @shared_task(name="agent.list_replicas", ignore_result=True)
-def list_replicas(node: str, runtime: str) -> None:
-    """Report every replica this node's runtime manages, for reconcile."""
+def list_replicas(node: str, runtime: str, confirmed: list[str] | None = None) -> None:
+    """Report this node's own view of its replicas for reconcile (`Executor.inventory_report`)."""
     agent = executor()
-    agent.report("jobs.node_replicas", node=node, managed=agent.inventory(node=node, runtime=runtime))
+    agent.report("jobs.node_replicas", **agent.inventory_report(node=node, runtime=runtime, confirmed=confirmed or []))

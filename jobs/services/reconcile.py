@@ -9,12 +9,22 @@ manages. Each agent answers with `jobs.node_replicas`, and
 - a managed container the ledger does not run (no replica row, or an
   attempt that was stopped or superseded) is an orphan: it is stopped,
   removed and reported as a node event;
-- a replica the ledger runs on that node with no container (and launched
-  long enough ago not to race its own start) vanished: it is recorded as
-  exited, which fails or settles its workload like any exit;
+- a replica vanished only when the node itself says so: the request names
+  the replicas whose start the ledger had heard of when it asked
+  (`confirmed`), and the agent answers, from its own view after receiving
+  the request, which of those its runtime no longer has (`gone`). Those are
+  recorded as exited without a code, which fails or settles their workload
+  like any exit. How late either message travelled does not matter;
+- a replica the ledger is still launching that the node neither has nor is
+  starting (its start message was lost, e.g. with a restarted broker) is
+  sent again: starts are idempotent, and an agent adopts what exists;
 - a replica that runs on both sides is (re)watched by the agent from the
   last stored log cursor, so a restarted agent or console loses no output
-  and still reports the exit.
+  and still reports the exit (and its start, should that report be lost).
+
+In the ledger alone, a workload placed (`scheduled`) whose launch never
+happened (the launch message was lost with a restarted broker or console)
+is launched again.
 """
 
 from __future__ import annotations
@@ -28,8 +38,9 @@ from django.utils import timezone
 from inventory.choices import NodeState
 from inventory.models import Node, NodeEvent
 from jobs import dispatch
-from jobs.choices import ACTIVE_STATES, WorkloadKind
+from jobs.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
 from jobs.models import Replica, ReplicaState, Workload
+from jobs.services.execution import launch_workloads
 from jobs.services.replicas import record_replica_exited
 from jobs.services.stopping import (
     LIVE_REPLICA_STATES,
@@ -43,67 +54,88 @@ from jobs.services.stopping import (
 
 log = logging.getLogger(__name__)
 
-# A replica launched less than this long ago may simply not have been created yet.
-LAUNCH_GRACE = timedelta(seconds=60)
+# A placement younger than this may still have its launch message on the way.
+RELAUNCH_AFTER = timedelta(seconds=10)
 _LIVE_NODES = [NodeState.READY, NodeState.CORDONED, NodeState.DRAINING, NodeState.MAINTENANCE]
 
 
 def reconcile_ledger(*, now: datetime | None = None) -> dict[str, int]:
-    """Release allocations left behind and re-send stops the nodes never confirmed; return counts."""
+    """Release allocations left behind, re-send stops the nodes never confirmed and launches that never
+    happened; return counts."""
     moment = now or timezone.now()
     settled = sum(settle_workload(workload_id=pk) for pk in dangling_allocations())
     resent = 0
     for workload in stale_stops(now=moment):
         resent += request_replica_stops(workload)
         Workload.all_tenants.filter(pk=workload.pk).update(stop_requested_at=moment)
-    return {"released": settled, "stops_resent": resent}
+    placed = Workload.all_tenants.filter(state=WorkloadState.SCHEDULED, scheduled_at__lt=moment - RELAUNCH_AFTER)
+    relaunched = launch_workloads(workload_ids=list(placed.values_list("pk", flat=True)))
+    return {"released": settled, "stops_resent": resent, "relaunched": relaunched}
 
 
 def request_node_inventories() -> int:
-    """Ask the agent of every live node for the replicas its runtime manages; return how many were asked."""
-    nodes = list(Node.objects.filter(state__in=_LIVE_NODES).only("name", "runtime"))
+    """Ask the agent of every live node for its own view of its replicas; return how many were asked.
+
+    Each request names the replicas on that node whose start the ledger has
+    heard of (`confirmed`): only those can the agent call gone.
+    """
+    nodes = list(Node.objects.filter(state__in=_LIVE_NODES).only("pk", "name", "runtime"))
+    confirmed: dict[int, list[str]] = {}
+    started = Replica.all_tenants.filter(node__in=nodes, state=ReplicaState.RUNNING).values_list("node_id", "name")
+    for node_id, name in started:
+        confirmed.setdefault(node_id, []).append(name)
     for node in nodes:
-        dispatch.send(
-            dispatch.LIST_REPLICAS, queue=node.agent_queue, kwargs={"node": node.name, "runtime": node.runtime}
-        )
+        kwargs = {"node": node.name, "runtime": node.runtime, "confirmed": sorted(confirmed.get(node.pk, []))}
+        dispatch.send(dispatch.LIST_REPLICAS, queue=node.agent_queue, kwargs=kwargs)
     return len(nodes)
 
 
-def reconcile_node(*, node: str, managed: list[dict[str, Any]], now: datetime | None = None) -> dict[str, int]:
-    """Compare `managed` (the agent's list: name, workload_id, attempt, replica, state, handle) with the ledger.
+def reconcile_node(
+    *, node: str, managed: list[dict[str, Any]], starting: list[str] | None = None, gone: list[str] | None = None
+) -> dict[str, int]:
+    """Compare the node's own view with the ledger; return counts of orphans, vanished, watched, restarted.
 
-    Returns counts of orphans stopped, vanished replicas recorded and
-    replicas re-watched.
+    `managed` is the agent's runtime list (name, workload_id, attempt,
+    replica, state, handle), `starting` the replicas it is starting now,
+    `gone` the confirmed replicas its runtime no longer has (see the module
+    docstring). Idempotent: a late or repeated answer changes nothing new.
     """
-    moment = now or timezone.now()
     row = Node.objects.filter(name=node).first()
+    counts = {"orphans": 0, "vanished": 0, "watched": 0, "restarted": 0}
     if row is None:
-        return {"orphans": 0, "vanished": 0, "watched": 0}
+        return counts
     ledger = {
         replica.name: replica
         for replica in Replica.all_tenants.filter(node=row)
         .exclude(state=ReplicaState.LOST)
         .select_related("workload__pool", "node")
     }
-    seen = {str(item.get("name")) for item in managed}
-    counts = {"orphans": 0, "vanished": 0, "watched": 0}
     for item in managed:
         replica = ledger.get(str(item.get("name")))
         if replica is None or not _wanted(replica):
             counts["orphans"] += _stop_orphan(row, item, replica)
-        elif replica.state in LIVE_REPLICA_STATES:
+        elif replica.state in LIVE_REPLICA_STATES and replica.name not in (starting or []):
+            # One the agent is starting right now is left to its start, which reports it.
             _watch(row, replica, item)
             counts["watched"] += 1
-    for name, replica in ledger.items():
-        if name not in seen and replica.state in LIVE_REPLICA_STATES and moment - replica.created_at > LAUNCH_GRACE:
+    present = {str(item.get("name")) for item in managed} | set(starting or [])
+    for name in sorted(set(gone or []) - present):
+        replica = ledger.get(name)
+        # Only a start the ledger had heard of can be gone; a launching replica is sent again below.
+        if replica is not None and replica.state == ReplicaState.RUNNING:
             counts["vanished"] += record_replica_exited(
                 workload_id=replica.workload_id,
                 attempt=replica.attempt,
                 replica=replica.index,
                 exit_code=None,
                 message=f"Its container vanished from node {node}.",
-                launch_failed=replica.state == ReplicaState.LAUNCHING,
             )
+    unsent = [
+        replica.workload_id
+        for name, replica in ledger.items()
+        if name not in present and replica.state == ReplicaState.LAUNCHING and _wanted(replica)
+    ]
+    counts["restarted"] = launch_workloads(workload_ids=unsent) if unsent else 0
     return counts
 
 
@@ -156,6 +188,8 @@ def _watch(node: Node, replica: Replica, item: dict[str, Any]) -> None:
             "attempt": replica.attempt,
             "replica": replica.index,
             "log_cursor": replica.log_cursor,
+            # The ledger has not heard of its start: the agent reports it again even if it watches it already.
+            "report_start": replica.state == ReplicaState.LAUNCHING,
             **_readiness(replica),
         },
     )

@@ -147,7 +147,7 @@ def local_agent(tmp_path: Path) -> Iterator[AgentConfig]:
         node="it-local", work_dir=tmp_path, process_enabled=True, probe="simulated", simulated_gpu_count=2
     )
     activate(config)
-    with running_worker(["control", agent_queue_for("it-local")], concurrency=2):
+    with running_worker(["control", "ingest", agent_queue_for("it-local")], concurrency=2):
         yield config
 
 
@@ -187,7 +187,7 @@ def test_a_failing_health_check_fails_the_node_with_the_exit_code(
 @pytest.mark.django_db(transaction=True)
 def test_an_agent_without_the_process_runtime_fails_such_a_node(world: World, tmp_path: Path) -> None:
     activate(AgentConfig(node="it-local", work_dir=tmp_path, process_enabled=False, probe="simulated"))
-    with running_worker(["control", agent_queue_for("it-local")]):
+    with running_worker(["control", "ingest", agent_queue_for("it-local")]):
         _provision(world, "it-local", runtime="process")
         assert wait_until(lambda: _settled("it-local"))
     node = Node.objects.get(name="it-local")
@@ -215,7 +215,7 @@ def test_provisioning_a_docker_node_runs_the_health_check_container(
     settings.GPUCLOUD_HEALTHCHECK_IMAGE = test_image
     settings.GPUCLOUD_HEALTHCHECK_COMMAND = ["true"]
     activate(AgentConfig(node="it-docker", work_dir=tmp_path, pull_images=False))
-    with running_worker(["control", agent_queue_for("it-docker")]):
+    with running_worker(["control", "ingest", agent_queue_for("it-docker")]):
         _provision(world, "it-docker", runtime="docker")
         assert wait_until(lambda: _settled("it-docker"), timeout=60)
     node = Node.objects.get(name="it-docker")

@@ -40,7 +40,7 @@ def agent(tmp_path: Path) -> Iterator[AgentConfig]:
     config = AgentConfig(node=NODE, work_dir=tmp_path, process_enabled=True, probe="simulated")
     activate(config)
     executor_module._executor = executor_module.Executor(config)
-    with running_worker(["control", agent_queue_for(NODE)], concurrency=4):
+    with running_worker(["control", "ingest", agent_queue_for(NODE)], concurrency=4):
         yield config
     executor_module._executor = None
 
@@ -313,3 +313,48 @@ def test_output_survives_an_agent_that_dies_mid_run_without_a_gap_or_a_duplicate
     with tenant_scope(world.tenant_a):
         texts = [line["text"] for line in selectors.iter_log_lines(job)]
     assert texts == [f"line {i}" for i in range(60)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reports_that_arrive_late_are_applied_and_a_stale_list_fails_nothing(world: World, tmp_path: Path) -> None:
+    """A starved controller: the agent runs the job while nobody applies its reports, and a node list taken
+    before the start is applied minutes later. The job still ends Succeeded with its whole log."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from gpucloud import embedded
+    from gpucloud.celery import app
+    from jobs.services.execution import launch_workloads
+
+    config = AgentConfig(node=NODE, work_dir=tmp_path, process_enabled=True, probe="simulated")
+    activate(config)
+    executor_module._executor = executor_module.Executor(config)
+    _world(world)
+    job = _submit(world, "import time\nfor i in range(30):\n    print(f'line {i}', flush=True)\n    time.sleep(0.02)")
+    try:
+        with running_worker([agent_queue_for(NODE)], concurrency=4):  # the agent alone; the controller is stalled
+            run_pass_now()
+            assert launch_workloads(workload_ids=[job.pk]) == 1
+            work = tmp_path / f"gpucloud-w{job.pk}-r0-a1"
+            assert wait_until(lambda: any(work.glob("exit*")) or (work / "state.json").exists(), timeout=20)
+            assert wait_until(lambda: executor_module.executor()._watchers.get(work.name) is not None)
+            assert wait_until(lambda: not executor_module.executor()._watchers[work.name].is_alive(), timeout=20)
+        # Minutes later, a list the node sent before the replica existed is applied: it proves nothing.
+        Replica.all_tenants.filter(workload=job).update(created_at=timezone.now() - timedelta(minutes=10))
+        counts = reconcile.reconcile_node(node=NODE, managed=[], starting=[], gone=[])
+        assert counts["vanished"] == 0
+        assert _state(job) == WorkloadState.STARTING
+        # The controller catches up: the late start, output and exit are applied in whatever order they come.
+        late = embedded.start_worker(app, queues=["control", "ingest"], concurrency=4, hostname="late@test")
+        try:
+            job = _reached(job, WorkloadState.SUCCEEDED)
+            assert wait_until(lambda: Workload.all_tenants.get(pk=job.pk).log_seq >= 30)
+        finally:
+            late.stop(in_sighandler=False)
+    finally:
+        executor_module._executor = None
+    with tenant_scope(world.tenant_a):
+        texts = [line["text"] for line in selectors.iter_log_lines(job)]
+    assert texts == [f"line {i}" for i in range(30)]
+    assert job.exit_code == 0 and _active_allocations(job) == 0

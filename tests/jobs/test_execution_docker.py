@@ -40,7 +40,7 @@ def docker_agent(tmp_path: Path, test_image: str) -> Iterator[AgentConfig]:
     config = AgentConfig(node=NODE, work_dir=tmp_path, pull_images=False, probe="simulated")
     activate(config)
     executor_module._executor = executor_module.Executor(config)
-    with running_worker(["control", agent_queue_for(NODE)], concurrency=4):
+    with running_worker(["control", "ingest", agent_queue_for(NODE)], concurrency=4):
         yield config
     executor_module._executor = None
     runtime = DockerRuntime(pull_images=False)

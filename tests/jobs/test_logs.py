@@ -342,7 +342,7 @@ def test_a_batch_that_arrives_before_its_predecessor_waits_for_it_through_the_wo
     first = {"since": "", "cursor": "c1", "lines": _lines(2)}
     second = {"since": "c1", "cursor": "c2", "lines": _lines(3, start=2)}
     ids = {"workload_id": workload.pk, "attempt": 1, "replica": 0}
-    with running_worker(["control"], concurrency=2):
+    with running_worker(["control", "ingest"], concurrency=2):
         app.send_task("jobs.ingest_logs", kwargs={**ids, **second}, queue="control")
         app.send_task("jobs.ingest_logs", kwargs={**ids, **first}, queue="control")
         assert wait_until(lambda: _cursor(workload) == "c2", timeout=10)
@@ -362,7 +362,7 @@ def test_a_nodes_message_of_batches_stores_each_replica_in_order_and_retries_the
         {**ids, "replica": 1, "since": "b1", "cursor": "b2", "lines": _lines(1, "r1", start=3)},
     ]
     late = {**ids, "replica": 0, "since": "", "cursor": "a1", "lines": _lines(2, "r0")}
-    with running_worker(["control"], concurrency=2):
+    with running_worker(["control", "ingest"], concurrency=2):
         app.send_task("jobs.ingest_log_batches", kwargs={"batches": message}, queue="control")
         assert wait_until(lambda: _cursor(workload, replica=1) == "b2", timeout=10)
         assert _cursor(workload, replica=0) == "", "replica 0 waits for its first batch"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -321,17 +320,19 @@ def test_transition_is_compare_and_swap(world: World) -> None:
 def test_submission_asks_for_a_scheduling_pass_after_commit(
     world: World, django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jobs import triggers
+    from gpucloud import control
 
     sent: list[str] = []
-    monkeypatch.setattr(triggers.app, "send_task", lambda name, **kwargs: sent.append(name))
-    # One debounce window for both: on a busy machine two submissions may straddle a window's edge.
-    monkeypatch.setattr(triggers, "time", SimpleNamespace(time=lambda: 1_000_000.0))
+    monkeypatch.setattr(control.app, "send_task", lambda name, **kwargs: sent.append(name))
+    control._release("jobs.schedule_pass")
     ready_world(world)
     with django_capture_on_commit_callbacks(execute=True):
         _submit(world)
         _submit(world)
-    assert sent == ["jobs.schedule_pass"]  # debounced: two submissions, one pass
+    # Coalesced: two submissions, one pass waiting (it has not started, so the second merged into it).
+    assert sent == ["jobs.schedule_pass"]
+    assert control.queued("jobs.schedule_pass")
+    control._release("jobs.schedule_pass")
 
 
 # --- concurrency (Postgres) -----------------------------------------------------------------

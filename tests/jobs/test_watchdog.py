@@ -144,18 +144,74 @@ def test_reconcile_releases_allocations_left_behind(world: World) -> None:
     assert _held(job) == 0
 
 
-def test_reconcile_stops_orphans_and_records_vanished_replicas(world: World) -> None:
+def test_reconcile_stops_orphans_and_records_replicas_the_node_says_are_gone(world: World) -> None:
     _ready(world)
     job = _running(world)
     row = Replica.all_tenants.get(workload=job)
     managed = [{"name": "gpucloud-w999-r0-a1", "workload_id": "999", "attempt": 1, "replica": 0, "state": "running"}]
-    later = timezone.now() + timedelta(minutes=5)
-    counts = reconcile.reconcile_node(node="n1", managed=managed, now=later)
-    assert counts == {"orphans": 1, "vanished": 1, "watched": 0}
+    counts = reconcile.reconcile_node(node="n1", managed=managed, gone=[row.name])
+    assert counts == {"orphans": 1, "vanished": 1, "watched": 0, "restarted": 0}
     assert NodeEvent.objects.filter(kind="node.orphan_stopped", data__name="gpucloud-w999-r0-a1").exists()
     job.refresh_from_db()
     assert (job.state, job.reason_code) == (WorkloadState.FAILED, ReasonCode.CONTAINER_VANISHED)
     assert _held(job) == 0 and Replica.all_tenants.get(pk=row.pk).state == ReplicaState.EXITED
+
+
+def test_a_replica_missing_from_a_late_list_is_not_declared_vanished(world: World) -> None:
+    """A list taken before the replica started, applied minutes later, proves nothing: only `gone` does."""
+    _ready(world)
+    job = _running(world)
+    Replica.all_tenants.filter(workload=job).update(created_at=timezone.now() - timedelta(minutes=10))
+    assert reconcile.reconcile_node(node="n1", managed=[], gone=[]) == {
+        "orphans": 0,
+        "vanished": 0,
+        "watched": 0,
+        "restarted": 0,
+    }
+    job.refresh_from_db()
+    assert job.state == WorkloadState.RUNNING
+
+
+def test_a_late_exit_report_still_completes_the_workload(world: World) -> None:
+    """However late it arrives, an exit with 0 ends the workload Succeeded (nothing declared it vanished)."""
+    _ready(world)
+    job = _running(world)
+    row = Replica.all_tenants.get(workload=job)
+    reconcile.reconcile_node(node="n1", managed=[], gone=[])  # a stale list in between changes nothing
+    assert replicas.record_replica_exited(workload_id=job.pk, attempt=row.attempt, replica=row.index, exit_code=0)
+    job.refresh_from_db()
+    assert (job.state, job.exit_code) == (WorkloadState.SUCCEEDED, 0)
+
+
+def test_a_launching_replica_the_node_does_not_have_is_started_again(world: World) -> None:
+    _ready(world)
+    job = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
+    run_pass()
+    job.refresh_from_db()
+    launch_workload(workload=job)
+    row = Replica.all_tenants.get(workload=job)
+    assert row.state == ReplicaState.LAUNCHING
+    # The node is starting it right now: nothing to do.
+    counts = reconcile.reconcile_node(node="n1", managed=[], starting=[row.name], gone=[])
+    assert counts["restarted"] == 0 and counts["vanished"] == 0
+    # The node neither has it nor is starting it (its start message was lost): it is sent again, never failed.
+    counts = reconcile.reconcile_node(node="n1", managed=[], starting=[], gone=[row.name])
+    assert counts["restarted"] == 1 and counts["vanished"] == 0
+    job.refresh_from_db()
+    assert job.state == WorkloadState.STARTING
+
+
+def test_reconcile_launches_placements_whose_launch_never_happened(world: World) -> None:
+    """A console restart loses the launch message of a placed workload: reconcile launches it."""
+    _ready(world)
+    job = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
+    run_pass()
+    job.refresh_from_db()
+    assert job.state == WorkloadState.SCHEDULED
+    assert reconcile.reconcile_ledger()["relaunched"] == 0, "too young: its launch may be on the way"
+    assert reconcile.reconcile_ledger(now=timezone.now() + timedelta(seconds=30))["relaunched"] == 1
+    job.refresh_from_db()
+    assert job.state == WorkloadState.STARTING
 
 
 def test_reconcile_rewatches_replicas_that_run_on_both_sides(world: World) -> None:
@@ -163,7 +219,12 @@ def test_reconcile_rewatches_replicas_that_run_on_both_sides(world: World) -> No
     job = _running(world)
     row = Replica.all_tenants.get(workload=job)
     managed = [{"name": row.name, "workload_id": str(job.pk), "attempt": 1, "replica": 0, "state": "running"}]
-    assert reconcile.reconcile_node(node="n1", managed=managed) == {"orphans": 0, "vanished": 0, "watched": 1}
+    assert reconcile.reconcile_node(node="n1", managed=managed) == {
+        "orphans": 0,
+        "vanished": 0,
+        "watched": 1,
+        "restarted": 0,
+    }
     job.refresh_from_db()
     assert job.state == WorkloadState.RUNNING
 

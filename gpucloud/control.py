@@ -1,0 +1,123 @@
+"""Control work that coalesces, and the queues that keep it apart from bulk work.
+
+Periodic and triggered control work (scheduling passes, heartbeat
+application, reconcile, node checks, time limits, idle checks) looks at the
+whole ledger each time it runs, so asking for it again while a run is
+already waiting in the broker asks for nothing new. A coalescing task
+therefore has at most one message waiting, whoever asks (beat, a
+submission, a completion) and however far the workers fall behind:
+
+- `request(name)` (and the task's own `apply_async`, which beat uses) sends
+  the message only when it sets the task's marker in the shared cache;
+  while the marker is set the request merges into the waiting message;
+- a worker clears the marker just before it runs the task, so a request
+  that arrives during a run queues exactly one follow-up and none is lost.
+
+The marker expires after MARKER_SECONDS, so a message lost with its broker
+(the embedded broker dies with its process) blocks nothing for long. When
+the cache cannot be reached the message is sent anyway: a duplicate run is
+harmless (every control task is idempotent), a lost one is not.
+
+Bulk work (log ingest) travels on a queue of its own, INGEST_QUEUE, served
+by its own worker threads, so a chatty workload's output never waits in
+front of a scheduling pass or a replica's exit report.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task
+from django.core.cache import cache
+
+from gpucloud.celery import app
+
+log = logging.getLogger(__name__)
+
+CONTROL_QUEUE = "control"
+INGEST_QUEUE = "ingest"
+# Tasks that carry bulk data (a node's log batches) and the queue they travel on.
+INGEST_TASKS = frozenset({"jobs.ingest_logs", "jobs.ingest_log_batches"})
+MARKER_SECONDS = 120
+_MARKER = "control:queued:{name}"
+
+
+def queue_for(task: str) -> str:
+    """Return the queue a report or request named `task` travels on: ingest for bulk data, else control."""
+    return INGEST_QUEUE if task in INGEST_TASKS else CONTROL_QUEUE
+
+
+def _claim(name: str) -> bool:
+    """Set `name`'s marker; return whether this caller set it (and must send the message)."""
+    try:
+        return bool(cache.add(_MARKER.format(name=name), 1, timeout=MARKER_SECONDS))
+    except Exception:
+        log.warning("coalescing marker of %s unavailable; sending anyway", name, exc_info=True)
+        return True
+
+
+def _release(name: str) -> None:
+    """Clear `name`'s marker: the waiting message is being run (or was never sent)."""
+    try:
+        cache.delete(_MARKER.format(name=name))
+    except Exception:
+        log.warning("could not clear the coalescing marker of %s", name, exc_info=True)
+
+
+def request(name: str, *, queue: str = CONTROL_QUEUE) -> bool:
+    """Ask for one run of the coalescing task `name`; return whether a message was sent (False: merged).
+
+    Raises what the broker raises when it cannot be reached (the marker is
+    cleared first, so the next request tries again).
+    """
+    if not _claim(name):
+        return False
+    try:
+        app.send_task(name, queue=queue)
+    except Exception:
+        _release(name)
+        raise
+    return True
+
+
+def queued(name: str) -> bool:
+    """Return whether a message of the coalescing task `name` is waiting (its marker is set)."""
+    return cache.get(_MARKER.format(name=name)) is not None
+
+
+class CoalescingTask(Task):
+    """Base of coalescing tasks: at most one waiting message each (see the module docstring)."""
+
+    def apply_async(  # type: ignore[override]  # None when the request merged into a waiting message
+        self, args: Any = None, kwargs: Any = None, **options: Any
+    ) -> Any:
+        """Send the task unless a message of it is already waiting; return None when the request merged."""
+        if not _claim(self.name):
+            return None
+        try:
+            return super().apply_async(args, kwargs, **options)
+        except Exception:
+            _release(self.name)
+            raise
+
+    def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
+        """Clear the marker as the run begins, so a request made during the run queues one follow-up."""
+        _release(self.name)
+
+
+def queue_depths(queues: tuple[str, ...] = (CONTROL_QUEUE, INGEST_QUEUE)) -> dict[str, int]:
+    """Return how many messages wait in each of `queues` on the broker (-1 where it cannot be read)."""
+    depths: dict[str, int] = {}
+    try:
+        with app.connection_for_read() as connection:
+            channel: Any = connection.default_channel  # kombu's virtual channels declare queues
+            for name in queues:
+                try:
+                    depths[name] = int(channel.queue_declare(queue=name, passive=True).message_count)
+                except Exception:
+                    depths[name] = 0
+    except Exception:
+        log.warning("could not read the broker's queue depths", exc_info=True)
+        return dict.fromkeys(queues, -1)
+    return depths

@@ -1,0 +1,99 @@
+"""Coalescing control work (gpucloud.control): however often it is asked for, at most one run waits.
+
+The worker is real (in-process transport, or Redis when REDIS_URL is set);
+the task under test sleeps so that requests pile up while it runs, as they
+do on a starved machine.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery import shared_task
+
+from gpucloud import control
+from tests.workers import running_worker, wait_until
+
+RUNS: list[float] = []
+_BUSY = threading.Event()
+
+
+@shared_task(name="tests.slow_control_pass", base=control.CoalescingTask, ignore_result=True)
+def slow_control_pass() -> None:
+    """A stand-in for a scheduling pass that takes 0.3 s (a real pass does the same work whatever the backlog)."""
+    _BUSY.set()
+    RUNS.append(time.monotonic())
+    time.sleep(0.3)
+    _BUSY.clear()
+
+
+NAME = "tests.slow_control_pass"
+
+
+@pytest.fixture
+def clean() -> Iterator[None]:
+    RUNS.clear()
+    control._release(NAME)
+    yield
+    control._release(NAME)
+
+
+def test_a_request_merges_into_the_message_already_waiting(clean: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[str] = []
+    monkeypatch.setattr(control.app, "send_task", lambda name, **kwargs: sent.append(name))
+    assert control.request(NAME) is True
+    assert [control.request(NAME) for _ in range(50)] == [False] * 50
+    assert sent == [NAME] and control.queued(NAME)
+
+
+def test_a_failed_send_clears_the_marker_so_the_next_request_tries_again(
+    clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(name: str, **kwargs: Any) -> None:
+        raise OSError("broker down")
+
+    monkeypatch.setattr(control.app, "send_task", refuse)
+    with pytest.raises(OSError):
+        control.request(NAME)
+    assert not control.queued(NAME)
+
+
+def test_without_a_cache_requests_are_sent_rather_than_lost(clean: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[str] = []
+    monkeypatch.setattr(control.app, "send_task", lambda name, **kwargs: sent.append(name))
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("cache down")
+
+    from django.core.cache import caches
+
+    monkeypatch.setattr(type(caches["default"]), "add", broken)
+    assert control.request(NAME) and control.request(NAME)
+    assert sent == [NAME, NAME]
+
+
+def test_ingest_tasks_travel_on_their_own_queue() -> None:
+    assert control.queue_for("jobs.ingest_log_batches") == control.INGEST_QUEUE
+    assert control.queue_for("jobs.replica_exited") == control.CONTROL_QUEUE
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flood_of_requests_keeps_at_most_one_waiting_and_loses_none(clean: None) -> None:
+    """200 requests over about 2 s to a task that takes 0.3 s: the queue never holds more than one message,
+    and a request made while a run is under way gets one more run after it."""
+    depths: list[int] = []
+    with running_worker(["control"], concurrency=2):
+        for _ in range(200):
+            slow_control_pass.apply_async()  # what beat and `control.request` both do
+            depths.append(control.queue_depths(("control",))["control"])
+            time.sleep(0.01)
+        assert max(depths) <= 1, depths
+        assert wait_until(lambda: _BUSY.is_set(), timeout=5)
+        asked = time.monotonic()
+        control.request(NAME)  # made during a run: must not be swallowed by it
+        assert wait_until(lambda: any(run > asked for run in RUNS), timeout=10), "the follow-up run never came"
+    assert 2 <= len(RUNS) <= 12, f"{len(RUNS)} runs for 201 requests over ~2.5 s of 0.3 s runs"
