@@ -50,7 +50,7 @@ from django.http.request import validate_host
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from gpucloud.asgitypes import ASGIApp, Receive, Scope, Send
+from gpucloud.asgitypes import ASGIApp, Message, Receive, Scope, Send
 from jobs.selectors import ProxyTarget, notebook_proxy_target
 from jobs.upstream import UpstreamError, UpstreamPool, UpstreamResponse, UpstreamTimeout
 
@@ -415,28 +415,64 @@ class NotebookProxy:
 
     async def _relay_frames(self, receive: Receive, send: Send, upstream: ClientConnection, mask: SecretMask) -> None:
         """Relay frames both ways until one side closes, then close the other with the same code."""
-        await _first_of(_upstream_to_browser(upstream, send, mask), _browser_to_upstream(receive, upstream))
+        browser = BrowserLeg(receive, send)
+        await _first_of(_upstream_to_browser(upstream, browser, mask), _browser_to_upstream(browser, upstream))
 
 
-async def _upstream_to_browser(upstream: ClientConnection, send: Send, mask: SecretMask) -> None:
+class BrowserLeg:
+    """The browser's side of a proxied WebSocket: closed at most once, and sent nothing once closed or gone.
+
+    Both relay directions end at about the same time when either side
+    closes: the server refuses any message after the browser's disconnect
+    or after a close (uvicorn raises RuntimeError), so every send goes
+    through here. Receiving the disconnect and marking the leg gone happen
+    in one step of the receiving task, so no send can slip in between.
+    """
+
+    def __init__(self, receive: Receive, send: Send) -> None:
+        self._receive = receive
+        self._send = send
+        self.closed = False
+
+    async def receive(self) -> Message:
+        """Return the browser's next message; after its disconnect, the leg is closed."""
+        message = await self._receive()
+        if message["type"] == "websocket.disconnect":
+            self.closed = True
+        return message
+
+    async def send(self, message: Message) -> None:
+        """Send one frame message, unless the leg is closed; raises OSError when the browser is gone meanwhile."""
+        if not self.closed:
+            await self._send(message)
+
+    async def close(self, code: int) -> None:
+        """Close the browser's side with `code`, unless it is closed already."""
+        if self.closed:
+            return
+        self.closed = True
+        with suppress(OSError):  # the browser went away first (uvicorn's ClientDisconnected)
+            await self._send({"type": "websocket.close", "code": code})
+
+
+async def _upstream_to_browser(upstream: ClientConnection, browser: BrowserLeg, mask: SecretMask) -> None:
     try:
         async for data in upstream:
             if isinstance(data, str):
-                await send({"type": "websocket.send", "text": mask.replace(data.encode()).decode()})
+                await browser.send({"type": "websocket.send", "text": mask.replace(data.encode()).decode()})
             else:
-                await send({"type": "websocket.send", "bytes": mask.replace(data)})
+                await browser.send({"type": "websocket.send", "bytes": mask.replace(data)})
     except ConnectionClosed:
         pass
     except OSError:
         return  # the browser is gone (uvicorn's ClientDisconnected is an OSError): the other side closes upstream
     code = upstream.close_code
-    with suppress(OSError):
-        await send({"type": "websocket.close", "code": _sendable(code, 1011 if code == 1006 else 1000)})
+    await browser.close(_sendable(code, 1011 if code == 1006 else 1000))
 
 
-async def _browser_to_upstream(receive: Receive, upstream: ClientConnection) -> None:
+async def _browser_to_upstream(browser: BrowserLeg, upstream: ClientConnection) -> None:
     while True:
-        message = await receive()
+        message = await browser.receive()
         if message["type"] == "websocket.disconnect":
             await upstream.close(code=_sendable(message.get("code")))
             return

@@ -474,6 +474,56 @@ def test_frames_are_relayed_both_ways_and_each_side_closing_closes_the_other(
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 4003
 
 
+class Recorder:
+    """An ASGI app around the console that records how each notebook WebSocket connection's call ended."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.ended: list[BaseException | None] = []
+        self.count = threading.Semaphore(0)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except BaseException as error:
+            self.ended.append(error)
+            raise
+        else:
+            self.ended.append(None)
+        finally:
+            self.count.release()
+
+    def next_end(self) -> BaseException | None:
+        assert self.count.acquire(timeout=20), "the proxy never finished the connection"
+        return self.ended[-1]
+
+
+@pytest.mark.parametrize("first", ["browser", "upstream", "both"])
+def test_the_websocket_leg_closes_once_whichever_side_closes_first(world: World, echo: Echo, first: str) -> None:
+    """Each side's close is relayed to the other once, and nothing is sent to a browser that has gone:
+    sending a second close made the server raise `Unexpected ASGI message 'websocket.close'`."""
+    notebook(world, ECHO_ID, echo.websockets_endpoint)
+    recorder = Recorder(application)
+    path = f"/notebooks/{ECHO_ID}/api/kernels/k/channels"
+    with uvicorn_server(recorder) as console, browser(console, world.member_a) as owner:
+        for _ in range(10):
+            channel = websocket(console, owner, path)
+            channel.send("hello")
+            assert channel.recv(timeout=10) == "hello"
+            if first in ("upstream", "both"):
+                channel.send("close 4003")
+            if first in ("browser", "both"):
+                channel.close(4002)
+            else:
+                with pytest.raises(ConnectionClosed):
+                    channel.recv(timeout=10)
+                channel.close()
+            assert recorder.next_end() is None, recorder.ended[-1]
+
+
 def test_a_browser_that_leaves_mid_download_stops_the_upstream_transfer(world: World, echo: Echo, console: str) -> None:
     notebook(world, ECHO_ID, echo.endpoint)
     with browser(console, world.member_a) as owner, owner.stream("GET", f"/notebooks/{ECHO_ID}/stream") as endless:
