@@ -20,7 +20,7 @@ PIP := $(VENV)/bin/python -m pip --disable-pip-version-check --quiet
 
 # Production-like settings for `make deploy-check`; the secret is generated on
 # each run and never written anywhere.
-DEPLOY_ENV := DEBUG=0 GPUCLOUD_HTTPS=1 \
+DEPLOY_ENV := DEBUG=0 \
 	ALLOWED_HOSTS=gpucloud.example.com \
 	REDIS_URL=redis://127.0.0.1:6379/0 \
 	DATABASE_URL=postgres://gpucloud:gpucloud@127.0.0.1:5432/gpucloud

@@ -289,10 +289,34 @@ STORAGES = {
     },
 }
 
-# HTTPS hardening. Off in embedded mode on loopback; a deployment behind TLS
-# turns it on with GPUCLOUD_HTTPS=1 (compose does), which is what
-# `check --deploy` expects.
-HTTPS = env_bool("GPUCLOUD_HTTPS", False)
+
+# --- HTTPS hardening ---------------------------------------------------------------
+
+
+def _loopback(host: str) -> bool:
+    """Return whether an ALLOWED_HOSTS entry names only this machine (localhost, 127.0.0.0/8, ::1)."""
+    name = host.lower().strip("[]")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _loopback_only(hosts: list[str]) -> bool:
+    """Return whether `hosts` names at least one host and none but this machine's loopback names."""
+    return bool(hosts) and all(_loopback(host) for host in hosts)
+
+
+# Secure cookies, HSTS and the redirect to https are the default with DEBUG
+# off, so `check --deploy` passes with SECRET_KEY and ALLOWED_HOSTS alone.
+# Plain HTTP stays the default only with DEBUG on, or for a console that
+# answers to loopback names alone (the default ALLOWED_HOSTS: `gpucloud up`
+# on this machine), where HSTS would only pin `localhost` to https for every
+# other local server. A plain-HTTP lab deployment opts out explicitly with
+# GPUCLOUD_HTTPS=0.
+HTTPS = env_bool("GPUCLOUD_HTTPS", not DEBUG and not _loopback_only(ALLOWED_HOSTS))
 SESSION_COOKIE_SECURE = HTTPS
 CSRF_COOKIE_SECURE = HTTPS
 SECURE_SSL_REDIRECT = HTTPS and env_bool("SECURE_SSL_REDIRECT", True)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-_SERVICE_VARS = ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "GPUCLOUD_HTTPS")
+_SERVICE_VARS = ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "GPUCLOUD_HTTPS", "ALLOWED_HOSTS")
 
 
 def _run(code: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -44,15 +47,57 @@ def test_malformed_variable_stops_start_up_naming_it(tmp_path: Path) -> None:
     assert "ImproperlyConfigured" in result.stderr and "LOGIN_MAX_FAILURES" in result.stderr
 
 
-def test_production_settings_pass_the_deploy_check(tmp_path: Path) -> None:
-    result = _run(
-        "import django, sys; django.setup(); from django.core.management import call_command; "
-        "call_command('check', deploy=True, fail_level='WARNING')",
-        tmp_path,
-        DEBUG="0",
-        GPUCLOUD_HTTPS="1",
-        SECRET_KEY="k" * 20 + "-not-a-real-key-but-long-enough-for-the-check-0123456789",
-        ALLOWED_HOSTS="gpucloud.example.com",
-        REDIS_URL="redis://127.0.0.1:6379/0",
-    )
+_DEPLOY_CHECK = (
+    "import django, sys; django.setup(); from django.core.management import call_command; "
+    "call_command('check', deploy=True, fail_level='WARNING')"
+)
+_KEY = "k" * 20 + "-not-a-real-key-but-long-enough-for-the-check-0123456789"
+
+
+@pytest.mark.parametrize("services", [{}, {"REDIS_URL": "redis://127.0.0.1:6379/0"}], ids=["embedded", "distributed"])
+def test_debug_off_with_a_secret_key_and_allowed_hosts_alone_passes_the_deploy_check(
+    tmp_path: Path, services: dict[str, str]
+) -> None:
+    result = _run(_DEPLOY_CHECK, tmp_path, DEBUG="0", SECRET_KEY=_KEY, ALLOWED_HOSTS="gpucloud.example.com", **services)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_plain_http_opt_out_is_what_the_deploy_check_warns_about(tmp_path: Path) -> None:
+    result = _run(
+        _DEPLOY_CHECK, tmp_path, DEBUG="0", SECRET_KEY=_KEY, ALLOWED_HOSTS="gpucloud.example.com", GPUCLOUD_HTTPS="0"
+    )
+    assert result.returncode != 0
+    assert {"security.W004", "security.W008", "security.W012", "security.W016"} <= set(
+        re.findall(r"security\.W\d+", result.stderr)
+    )
+
+
+_HARDENING = (
+    "from django.conf import settings as s; "
+    "print(s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS, s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE)"
+)
+
+
+@pytest.mark.parametrize(
+    ("environ", "hardened"),
+    [
+        ({"DEBUG": "0", "ALLOWED_HOSTS": "gpucloud.example.com"}, True),
+        ({"DEBUG": "0", "ALLOWED_HOSTS": "gpucloud.example.com,localhost"}, True),
+        ({"DEBUG": "0", "ALLOWED_HOSTS": "*"}, True),
+        ({"DEBUG": "0", "ALLOWED_HOSTS": "gpucloud.example.com", "GPUCLOUD_HTTPS": "0"}, False),
+        ({"DEBUG": "1", "ALLOWED_HOSTS": "gpucloud.example.com"}, False),
+        # `make run` / `gpucloud up`: DEBUG unset (off), the default ALLOWED_HOSTS of loopback names.
+        ({}, False),
+        ({"DEBUG": "0", "ALLOWED_HOSTS": "127.0.0.1,localhost,[::1],app.localhost,127.0.0.2"}, False),
+        ({"DEBUG": "1", "ALLOWED_HOSTS": "localhost", "GPUCLOUD_HTTPS": "1"}, True),
+    ],
+)
+def test_https_hardening_is_the_default_with_debug_off_and_plain_http_an_explicit_choice(
+    tmp_path: Path, environ: dict[str, str], hardened: bool
+) -> None:
+    result = _run(_HARDENING, tmp_path, **environ)
+    assert result.returncode == 0, result.stderr
+    redirect, hsts, session_secure, csrf_secure = result.stdout.split()
+    expected = str(hardened)
+    assert (redirect, session_secure, csrf_secure) == (expected, expected, expected)
+    assert (int(hsts) > 0) == hardened
