@@ -22,7 +22,7 @@ from jobs.choices import ACTIVE_STATES, WorkloadState
 from jobs.models import Allocation, Replica, Workload
 from tenants.context import Actor
 from tenants.models import ApiToken, ProjectQuota, Tenant, TenantQuota
-from tenants.selectors import memberships_of_user, tenant_summaries
+from tenants.selectors import memberships_of_user, own_tokens_within_reach, tenant_summaries
 
 # How many of a node's events its page shows, newest first.
 NODE_EVENTS_SHOWN = 100
@@ -38,8 +38,9 @@ def tenants_for_switcher(actor: Actor) -> list[Tenant]:
 
 
 def tokens_in_scope_of_user(actor: Actor) -> QuerySet[ApiToken]:
-    """Return the viewer's own tokens in the tenant in scope."""
-    return ApiToken.objects.filter(user=actor.user).select_related("user")
+    """Return the viewer's own tokens in the tenant in scope, as far as the token rule lets it reach them
+    (`tenants.selectors.own_tokens_within_reach`)."""
+    return ApiToken.objects.filter(pk__in=own_tokens_within_reach(actor).values("pk")).select_related("user")
 
 
 def tenants_with_counts() -> QuerySet[Tenant]:

@@ -1,7 +1,8 @@
 """API token authentication: `Authorization: Bearer gpc_<prefix>_<key>`, and nothing else.
 
 Tokens are never read from a URL or a form. Revocation, expiry, a
-deactivated owner or a membership that ended take effect on the next request.
+deactivated owner, a membership that ended or a deactivated tenant take
+effect on the next request.
 
 One query reads the token, its owner, its tenant and the owner's membership
 role there; tenant endpoints reuse that role (`token_membership_role`)

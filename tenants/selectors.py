@@ -8,7 +8,7 @@ in their docstring and use `all_tenants` deliberately.
 from __future__ import annotations
 
 from django.contrib.auth.models import User
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from tenants.choices import Role
 from tenants.context import Actor
@@ -99,9 +99,30 @@ def project_guarantee_totals(tenant: Tenant, pool_id: int, *, excluding_project_
     return sum(quotas.values_list("guaranteed", flat=True))
 
 
-def tokens_of_user(user: User) -> QuerySet[ApiToken]:
-    """Return every token `user` owns, across tenants: a user's own tokens are theirs to see."""
-    return ApiToken.all_tenants.filter(user=user).select_related("tenant", "user")
+def roles_up_to(role: Role) -> list[Role]:
+    """Return the roles `role` has every right of: itself and those below it."""
+    return [r for r in Role if role.at_least(r)]
+
+
+def own_tokens_within_reach(actor: Actor) -> QuerySet[ApiToken]:
+    """Return the acting user's own tokens that `actor` may list, read and revoke. Looks across tenants.
+
+    The token rule: a credential never manages a token of another tenant, nor
+    one more powerful than itself. A browser session reaches all of its
+    user's tokens; a tenant token only its owner's tokens bound to the same
+    tenant with a role no higher than its own; an operator token (which acts
+    as operator in every tenant) all of its owner's tokens, as long as the
+    owner is an operator (once not, only the other operator tokens). None
+    for the system.
+    """
+    if actor.user is None:
+        return ApiToken.all_tenants.none()
+    tokens = ApiToken.all_tenants.filter(user=actor.user).select_related("tenant", "user")
+    credential = actor.token
+    if credential is None or actor.is_operator:
+        return tokens
+    bound_alike = Q(tenant__isnull=True) if credential.tenant_id is None else Q(tenant_id=credential.tenant_id)
+    return tokens.filter(bound_alike, role__in=roles_up_to(Role(credential.role)))
 
 
 def audit_events_in_scope() -> QuerySet[AuditEvent]:

@@ -202,14 +202,16 @@ class PlatformAuditEventEndpoint(*_READ, PlatformViewSet):  # type: ignore[misc]
 
 
 class TokenEndpoint(*_READ, PlatformViewSet):  # type: ignore[misc]
-    """The caller's own API tokens. The secret is in the creation response only; DELETE revokes."""
+    """The caller's own API tokens within its credential's reach (`own_tokens_within_reach`): a token
+    sees none of another tenant and none more powerful than itself. The secret is in the creation
+    response only; DELETE revokes."""
 
     serializer_class = s.ApiTokenSerializer
     action_roles = {"create": Role.VIEWER, "destroy": Role.VIEWER}
     ordering_fields = ["created_at", "expires_at"]
 
     def scoped_queryset(self) -> QuerySet[ApiToken]:
-        return selectors.tokens_of_user(self.request.user)  # type: ignore[arg-type]
+        return selectors.own_tokens_within_reach(self.actor)
 
     @extend_schema(request=s.ApiTokenCreateSerializer, responses={201: s.IssuedTokenSerializer})
     def create(self, request: Request) -> Response:

@@ -21,6 +21,7 @@ from gpucloud.errors import invalid
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import ApiToken, Membership, Tenant
+from tenants.selectors import own_tokens_within_reach
 from tenants.services.access import require_role
 from tenants.services.audit import JsonDict, record_audit_event
 
@@ -148,6 +149,8 @@ def _check_usable(token: ApiToken) -> None:
         raise TokenRejected("The token's owner is deactivated.")
     if token.tenant_id is not None and token_membership_role(token) is None:
         raise TokenRejected("The token's owner is no longer a member of its tenant.")
+    if token.tenant is not None and not token.tenant.is_active:
+        raise TokenRejected("The token's tenant is deactivated.")
 
 
 def authenticate_secret(secret: str) -> ApiToken:
@@ -156,8 +159,8 @@ def authenticate_secret(secret: str) -> ApiToken:
     The one check behind every way a token is presented (the API's
     Authorization header, the live streams' header or subprotocol).
     Refreshes `last_used_at` (at most once a minute). Raises TokenRejected
-    for a malformed, unknown, revoked or expired token, a deactivated owner
-    or an owner no longer a member of the token's tenant.
+    for a malformed, unknown, revoked or expired token, a deactivated owner,
+    an owner no longer a member of the token's tenant, or a deactivated tenant.
     """
     outcome = authenticate_secrets([secret])[0]
     if isinstance(outcome, TokenRejected):
@@ -285,18 +288,36 @@ def create_token(*, actor: Actor, tenant: Tenant | None, name: str, role: str, e
     return IssuedToken(token=token, secret=secret)
 
 
+def require_token_manageable(actor: Actor, token: ApiToken) -> None:
+    """Return when `actor` may read and revoke `token`; the one check every interface makes.
+
+    Its owner may, through any credential that reaches it
+    (`tenants.selectors.own_tokens_within_reach`: never a token of another
+    tenant, nor one more powerful than the credential); operators may; so may
+    the admins of its tenant. Raises Http404 when `actor` has no role in the
+    token's tenant (a token of another tenant is never even acknowledged),
+    PermissionDenied when it has one below admin, or for an operator token
+    the actor does not reach.
+    """
+    if actor.user is None:
+        raise PermissionDenied("Tokens are managed by users.")
+    if token.user_id == actor.user.pk and own_tokens_within_reach(actor).filter(pk=token.pk).exists():
+        return
+    if actor.is_operator:
+        return
+    tenant = token.tenant
+    if tenant is None:
+        raise PermissionDenied("Only operators manage operator tokens.")
+    require_role(actor, tenant, Role.ADMIN)
+
+
 @transaction.atomic
 def revoke_token(*, actor: Actor, token: ApiToken) -> ApiToken:
-    """Revoke `token` so that its next request is refused; its owner, its tenant's admins or operators.
+    """Revoke `token` so that its next request is refused; who may is `require_token_manageable`'s rule.
 
     Revoking an already revoked token changes nothing and writes no event.
     """
-    if actor.user is None:
-        raise PermissionDenied("Tokens are revoked by users.")
-    if token.user_id != actor.user.pk and not actor.is_operator:
-        if token.tenant is None:
-            raise PermissionDenied("Only operators revoke other people's operator tokens.")
-        require_role(actor, token.tenant, Role.ADMIN)
+    require_token_manageable(actor, token)
     token = ApiToken.all_tenants.select_for_update().select_related("user").get(pk=token.pk)
     if token.revoked_at is not None:
         return token

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.db import connection
+from django.http import Http404
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -16,7 +18,7 @@ from rest_framework.test import APIClient
 from tenants import services
 from tenants.choices import Role
 from tenants.context import Actor
-from tenants.models import ApiToken, Membership
+from tenants.models import ApiToken, Membership, Tenant
 from tenants.services.tokens import (
     TokenRejected,
     authenticate_secret,
@@ -152,6 +154,112 @@ def test_last_used_is_recorded(world: World) -> None:
     assert ApiToken.all_tenants.get(pk=issued.token.pk).last_used_at is not None
 
 
+def test_a_deactivated_tenant_refuses_its_tokens_everywhere_at_once(world: World) -> None:
+    issued = issue(world, "member_a", "member")
+    assert bearer(issued.secret).get("/api/v1/me/").status_code == 200
+    services.update_tenant(actor=Actor(user=world.operator), tenant=world.tenant_a, is_active=False)
+    for url in (PROJECTS, "/api/v1/me/", "/api/v1/tokens/", "/api/v1/node-pools/", "/api/v1/tenants/"):
+        response = bearer(issued.secret).get(url)
+        assert response.status_code == 401, url
+        assert response.json()["error"]["message"] == "The token's tenant is deactivated."
+    services.update_tenant(actor=Actor(user=world.operator), tenant=world.tenant_a, is_active=True)
+    assert bearer(issued.secret).get(PROJECTS).status_code == 200
+
+
+# The token rule: a token never manages a token of another tenant, nor one more powerful than itself.
+
+
+def dual_world(world: World) -> dict[str, services.IssuedToken]:
+    """admin_b is also a member of tenant A; their tokens: admin in B, member and viewer in A, and an
+    admin token in A from the time they were an admin there."""
+    membership = Membership.all_tenants.create(tenant=world.tenant_a, user=world.admin_b, role="admin")
+    owner = Actor(user=world.admin_b)
+    tokens = {
+        name: services.create_token(actor=owner, tenant=tenant, name=name, role=role, expires_in_days=1)
+        for name, tenant, role in (
+            ("b-admin", world.tenant_b, "admin"),
+            ("a-admin", world.tenant_a, "admin"),
+            ("a-member", world.tenant_a, "member"),
+            ("a-viewer", world.tenant_a, "viewer"),
+        )
+    }
+    Membership.all_tenants.filter(pk=membership.pk).update(role="member")
+    return tokens
+
+
+def listed(secret: str) -> set[str]:
+    response = bearer(secret).get("/api/v1/tokens/")
+    assert response.status_code == 200, response.content
+    return {row["name"] for row in response.json()["results"]}
+
+
+def test_a_token_lists_reads_and_revokes_only_its_owners_tokens_of_its_own_tenant(world: World) -> None:
+    tokens = dual_world(world)
+    b_admin, a_member = tokens["b-admin"], tokens["a-member"]
+    assert listed(b_admin.secret) == {"b-admin"}
+    assert listed(a_member.secret) == {"a-member", "a-viewer"}
+    for token in (tokens["a-admin"], a_member, tokens["a-viewer"]):
+        url = f"/api/v1/tokens/{token.token.pk}/"
+        for method in ("get", "delete"):
+            response = getattr(bearer(b_admin.secret), method)(url)
+            assert response.status_code == 404, (method, token.token.name)
+            assert response.json()["error"]["code"] == "not_found"
+    # Nor through the tenant's own token list, which answers for tenant A only to A's admins.
+    assert bearer(b_admin.secret).get("/api/v1/tenants/tenant-a/tokens/").status_code == 404
+    assert bearer(b_admin.secret).delete(f"/api/v1/tenants/tenant-a/tokens/{a_member.token.pk}/").status_code == 404
+    assert not ApiToken.all_tenants.filter(revoked_at__isnull=False).exists()
+    # The owner's browser session manages all of them.
+    assert {row["name"] for row in client_for(world.admin_b).get("/api/v1/tokens/").json()["results"]} == set(tokens)
+
+
+def test_a_token_never_reads_or_revokes_a_more_powerful_one(world: World) -> None:
+    tokens = dual_world(world)
+    member = bearer(tokens["a-member"].secret)
+    stronger = f"/api/v1/tokens/{tokens['a-admin'].token.pk}/"
+    assert member.get(stronger).status_code == 404
+    assert member.delete(stronger).status_code == 404
+    assert ApiToken.all_tenants.get(pk=tokens["a-admin"].token.pk).revoked_at is None
+    weaker = f"/api/v1/tokens/{tokens['a-viewer'].token.pk}/"
+    assert member.get(weaker).status_code == 200
+    assert member.delete(weaker).status_code == 200
+    assert member.delete(f"/api/v1/tokens/{tokens['a-member'].token.pk}/").status_code == 200, "itself"
+    assert bearer(tokens["a-member"].secret).get("/api/v1/me/").status_code == 401
+
+
+def test_a_member_token_of_an_operator_cannot_touch_the_operators_token(world: World) -> None:
+    operator = operator_token(world)
+    Membership.all_tenants.create(tenant=world.tenant_a, user=world.operator, role="admin")
+    member = services.create_token(
+        actor=Actor(user=world.operator), tenant=world.tenant_a, name="m", role="member", expires_in_days=1
+    )
+    url = f"/api/v1/tokens/{operator.token.pk}/"
+    assert listed(member.secret) == {"m"}
+    assert bearer(member.secret).get(url).status_code == 404
+    assert bearer(member.secret).delete(url).status_code == 404
+    assert ApiToken.all_tenants.get(pk=operator.token.pk).revoked_at is None
+    # The operator token acts as operator everywhere: it reaches all of its owner's tokens.
+    assert listed(operator.secret) == {"ops", "m"}
+    assert bearer(operator.secret).delete(f"/api/v1/tokens/{member.token.pk}/").status_code == 200
+
+
+def test_the_service_holds_the_rule_for_every_caller(world: World) -> None:
+    tokens = dual_world(world)
+    owner = world.admin_b
+    with pytest.raises(Http404):
+        services.revoke_token(actor=Actor(user=owner, token=tokens["b-admin"].token), token=tokens["a-viewer"].token)
+    with pytest.raises(PermissionDenied):
+        services.revoke_token(actor=Actor(user=owner, token=tokens["a-member"].token), token=tokens["a-admin"].token)
+    others = issue(world, "member_a", "member").token
+    with pytest.raises(Http404):
+        services.revoke_token(actor=Actor(user=owner, token=tokens["b-admin"].token), token=others)
+    with pytest.raises(PermissionDenied):
+        services.revoke_token(actor=Actor(user=owner), token=others)  # a member of A, not its admin
+    assert not ApiToken.all_tenants.filter(revoked_at__isnull=False).exists()
+    services.revoke_token(actor=Actor(user=owner, token=tokens["a-member"].token), token=tokens["a-viewer"].token)
+    services.revoke_token(actor=Actor(user=owner), token=tokens["a-admin"].token)
+    assert ApiToken.all_tenants.filter(revoked_at__isnull=False).count() == 2
+
+
 def test_tenant_admin_revokes_a_members_token_and_a_member_cannot(world: World) -> None:
     issued = issue(world, "member_a", "member")
     url = f"/api/v1/tenants/tenant-a/tokens/{issued.token.pk}/"
@@ -202,6 +310,12 @@ def test_a_batch_of_secrets_gets_each_its_own_outcome_in_order_from_one_query(wo
     deactivated, left = issue(world, "member_a", "member"), issue(world, "viewer_a", "viewer")
     User.objects.filter(pk=world.member_a.pk).update(is_active=False)
     Membership.all_tenants.filter(user=world.viewer_a).delete()
+    closed = Tenant.objects.create(slug="tenant-c", name="Closed")
+    Membership.all_tenants.create(tenant=closed, user=world.admin_b, role="admin")
+    of_closed = services.create_token(
+        actor=Actor(user=world.admin_b), tenant=closed, name="c", role="admin", expires_in_days=1
+    )
+    Tenant.objects.filter(pk=closed.pk).update(is_active=False)
     wrong_key = f"gpc_{valid.token.prefix}_{'x' * 43}"
     batch = [
         (valid.secret, valid.token.pk),
@@ -213,6 +327,7 @@ def test_a_batch_of_secrets_gets_each_its_own_outcome_in_order_from_one_query(wo
         (wrong_key, "Invalid API token."),
         (deactivated.secret, "The token's owner is deactivated."),
         (left.secret, "The token's owner is no longer a member of its tenant."),
+        (of_closed.secret, "The token's tenant is deactivated."),
         ("", "Malformed API token."),
         (operator.secret, operator.token.pk),
         (valid.secret, valid.token.pk),
