@@ -65,11 +65,17 @@ class Project(TenantOwnedModel):
 
 
 class Membership(TenantOwnedModel):
-    """A user's role in one tenant, and the projects they work in there."""
+    """A user's role in one tenant, and the projects they work in there.
+
+    `email` is the tenant's own contact address for the member, as its admins
+    gave it when inviting; the account's own address (and name) is never
+    shown to a tenant, because the account may belong to other tenants too.
+    """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=MEMBERSHIP_ROLES, default=Role.MEMBER)
+    email = models.EmailField(blank=True)
     projects = models.ManyToManyField(Project, blank=True, related_name="memberships")
     created_at = models.DateTimeField(auto_now_add=True)
 

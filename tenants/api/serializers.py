@@ -65,7 +65,8 @@ class ProjectUpdateSerializer(serializers.Serializer):
 
 class MembershipSerializer(serializers.ModelSerializer):
     username = serializers.CharField(source="user.username", read_only=True)
-    email = serializers.CharField(source="user.email", read_only=True)
+    # The tenant's own contact address for the member, never the account's (which other tenants may share).
+    email = serializers.CharField(read_only=True)
     projects: Any = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
 
     class Meta:

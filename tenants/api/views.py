@@ -80,7 +80,7 @@ class MembershipEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
 
     serializer_class = s.MembershipSerializer
     ordering_fields = ["user__username", "role", "created_at"]
-    search_fields = ["user__username", "user__email"]
+    search_fields = ["user__username", "email"]
     filterset_fields = ["role"]
 
     def scoped_queryset(self) -> QuerySet[Membership]:

@@ -40,6 +40,7 @@ class Invitation:
 def _membership_snapshot(membership: Membership) -> JsonDict:
     return {
         "user": membership.user.get_username(),
+        "email": membership.email,
         "role": membership.role,
         "projects": sorted(p.slug for p in membership.projects.all()) if membership.pk else [],
     }
@@ -59,7 +60,7 @@ def _setup_path(user: User) -> str:
     return reverse("frontend:accept_invite", kwargs={"uidb64": uid, "token": default_token_generator.make_token(user)})
 
 
-def _existing_or_new_user(username: str, email: str) -> tuple[User, bool]:
+def _checked_input(username: str, email: str) -> None:
     if not username or len(username) > 150 or not set(username) <= _USERNAME_CHARS:
         raise invalid("username", "invalid", "Use up to 150 letters, digits and @ . + - _ characters.")
     if email:
@@ -67,6 +68,14 @@ def _existing_or_new_user(username: str, email: str) -> tuple[User, bool]:
             validate_email(email)
         except Exception:
             raise invalid("email", "invalid", "Enter a valid email address.") from None
+
+
+def _existing_or_new_user(username: str, email: str) -> tuple[User, bool]:
+    """Return the account named `username` and False, or a new one (with `email`, no usable password) and True.
+
+    An existing account is returned as it is: nothing of it (its own e-mail
+    address, its name, its other tenants) goes back to the inviting tenant.
+    """
     user = User.objects.filter(username=username).first()
     if user is not None:
         return user, False
@@ -82,15 +91,20 @@ def invite_member(
 ) -> Invitation:
     """Make `username` a member of `tenant` with `role`, creating the account when it does not exist.
 
+    `email` becomes the tenant's contact address for the member (and the new
+    account's address when one is created); the tenant never learns an
+    existing account's own address or name. The answer says no more about an
+    existing account than inviting needs: that no setup link is due.
     Raises ValidationError when the user is already a member or the input is
     malformed, PermissionDenied when `role` is above the actor's own.
     """
     actor_role = require_role(actor, tenant, Role.ADMIN)
     granted = _check_grantable(actor_role, role)
+    _checked_input(username, email)
     user, created = _existing_or_new_user(username, email)
     if Membership.all_tenants.filter(tenant=tenant, user=user).exists():
         raise invalid("username", "already_member", f"{username} is already a member of this tenant.")
-    membership = Membership.all_tenants.create(tenant=tenant, user=user, role=granted)
+    membership = Membership.all_tenants.create(tenant=tenant, user=user, role=granted, email=email)
     record_audit_event(
         actor=actor,
         action="membership.create",

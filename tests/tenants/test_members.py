@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import User
+from django.http import HttpResponse
+from django.test import Client
 
 from tenants.models import Membership
 from tenants.scoping import tenant_scope
-from tests.conftest import World, client_for
+from tests.conftest import PASSWORD, World, client_for
 
 MEMBERS = "/api/v1/tenants/tenant-a/memberships/"
+
+
+def logged_in_page(user: User, path: str) -> HttpResponse:
+    client = Client()
+    assert client.login(username=user.username, password=PASSWORD)
+    return client.get(path)
 
 
 def _membership(user: User) -> Membership:
@@ -29,6 +37,57 @@ def test_inviting_an_existing_user_gives_no_link(world: World) -> None:
     response = client_for(world.admin_a).post(MEMBERS, {"username": "admin_b", "role": "viewer"}, format="json")
     assert response.status_code == 201
     assert response.json()["setup_url"] is None
+
+
+def _private(user: User) -> list[str]:
+    """Give `user` a name, and return what of them no other tenant may learn: e-mail address and name."""
+    user.first_name, user.last_name = "Beatrix", "Outside"
+    user.save()
+    return [user.email, user.first_name, user.last_name]
+
+
+def test_inviting_another_tenants_user_by_name_reveals_nothing_about_them(world: World) -> None:
+    private = _private(world.admin_b)
+    admin = client_for(world.admin_a)
+    invited = admin.post(MEMBERS, {"username": "admin_b", "role": "viewer"}, format="json")
+    assert invited.status_code == 201
+    pk = invited.json()["id"]
+    answers = [
+        invited,
+        admin.get(MEMBERS),
+        admin.get(f"{MEMBERS}{pk}/"),
+        admin.patch(f"{MEMBERS}{pk}/", {"role": "member"}, format="json"),
+        admin.get("/api/v1/tenants/tenant-a/audit-events/"),
+        logged_in_page(world.admin_a, "/t/tenant-a/members/"),
+    ]
+    for answer in answers:
+        assert answer.status_code in (200, 201)
+        assert not [word for word in private if word in answer.content.decode()], answer.request["PATH_INFO"]
+    assert invited.json()["email"] == ""
+    # Searching by the address finds nobody: it is not the tenant's to match.
+    assert admin.get(MEMBERS, {"search": world.admin_b.email}).json()["count"] == 0
+
+
+def test_an_existing_account_is_answered_like_a_new_one_but_for_the_setup_link(world: World) -> None:
+    admin = client_for(world.admin_a)
+    existing = admin.post(MEMBERS, {"username": "admin_b", "email": "b@tenant-a.example"}, format="json").json()
+    new = admin.post(MEMBERS, {"username": "newbie", "email": "n@tenant-a.example"}, format="json").json()
+    assert existing.keys() == new.keys()
+    assert existing["setup_url"] is None and "/invite/" in new["setup_url"]
+    same = {"role", "projects"}
+    assert {k: existing[k] for k in same} == {k: new[k] for k in same}
+
+
+def test_the_address_an_admin_gives_is_the_tenants_own_and_changes_no_account(world: World) -> None:
+    admin = client_for(world.admin_a)
+    invited = admin.post(MEMBERS, {"username": "admin_b", "email": "bea@tenant-a.example"}, format="json")
+    assert invited.json()["email"] == "bea@tenant-a.example"
+    assert User.objects.get(username="admin_b").email == "admin_b@example.com", "the account keeps its own"
+    assert admin.get(MEMBERS, {"search": "bea@tenant-a"}).json()["count"] == 1
+    created = admin.post(MEMBERS, {"username": "newbie", "email": "newbie@tenant-a.example"}, format="json")
+    assert created.json()["email"] == User.objects.get(username="newbie").email == "newbie@tenant-a.example"
+    # Tenant B, where admin_b is admin, sees the address B gave (none: admin_b was not invited there).
+    assert client_for(world.admin_b).get("/api/v1/tenants/tenant-b/memberships/").json()["results"][0]["email"] == ""
 
 
 def test_duplicate_membership_is_refused(world: World) -> None:
