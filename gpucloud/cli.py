@@ -13,6 +13,7 @@ gpucloud manage ...      any Django management command
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import sys
@@ -30,7 +31,9 @@ def _serve(host: str, port: int) -> None:
     import uvicorn
 
     config = uvicorn.Config("gpucloud.asgi:application", host=host, port=port, lifespan="off", log_level="info")
-    uvicorn.Server(config).run()
+    # Ctrl+C is how a console in a terminal is stopped: uvicorn already says it shut down, no traceback.
+    with contextlib.suppress(KeyboardInterrupt):
+        uvicorn.Server(config).run()
 
 
 def _ensure_first_operator() -> None:
@@ -57,6 +60,16 @@ def _ensure_first_operator() -> None:
         print(f"First operator account created: {username} (password from GPUCLOUD_ADMIN_PASSWORD).", flush=True)
 
 
+def _reconcile_now() -> None:
+    """Ask for a reconcile at once: after a restart, work the broker lost is launched or released now."""
+    from gpucloud import control
+
+    try:
+        control.request("jobs.reconcile")
+    except OSError:
+        print("Could not reach the broker to reconcile now; the periodic reconcile will.", file=sys.stderr)
+
+
 def cmd_up(args: argparse.Namespace) -> None:
     """Run the whole console in one process: the embedded default."""
     _setup_django()
@@ -78,6 +91,7 @@ def cmd_up(args: argparse.Namespace) -> None:
         agent = config_from_settings()
         embedded.start_workers(app, agent_queue=agent_queue_for(agent.node))
         embedded.start_beat(app, schedule_file=settings.DATA_DIR / "celerybeat-schedule")
+        _reconcile_now()
         start_reporter(agent)
         print(f"Embedded agent of node {agent.node!r}: register a node of that name to use this machine.", flush=True)
     print(f"gpucloud console on http://{args.host}:{args.port}", flush=True)
@@ -100,6 +114,7 @@ def cmd_worker(args: argparse.Namespace) -> None:
         # Beat's schedule lives with the rest of the data, not in whatever directory the worker started from.
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
         argv += ["--beat", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")]
+        _reconcile_now()
     app.worker_main(argv)
 
 

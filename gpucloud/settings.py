@@ -397,12 +397,21 @@ SPECTACULAR_SETTINGS = {
 # served about once per client; the warning is noise, not a problem.
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")
 
+_LOG_LEVEL = (env_str("LOG_LEVEL", "INFO") or "INFO").upper()
+_ROUTINE_LOG_LEVEL = "DEBUG" if _LOG_LEVEL == "DEBUG" else "WARNING"
+_ROUTINE_LOGGERS = ("celery.beat", "celery.worker.strategy", "celery.app.trace")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    # httpx logs every request at INFO: for the notebook proxy that is one line per proxied request.
-    "loggers": {"django.db.backends": {"level": "INFO"}, "httpx": {"level": "WARNING"}},
+    "root": {"handlers": ["console"], "level": _LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        # httpx logs every request at INFO: for the notebook proxy that is one line per proxied request.
+        "httpx": {"level": "WARNING"},
+        # Beat and the workers log every periodic task sent, received and done at INFO: several lines a
+        # second that would push the console's address and first password off the screen. At DEBUG only.
+        **{name: {"level": _ROUTINE_LOG_LEVEL} for name in _ROUTINE_LOGGERS},
+    },
 }

@@ -57,7 +57,7 @@ def test_a_failed_send_clears_the_marker_so_the_next_request_tries_again(
         raise OSError("broker down")
 
     monkeypatch.setattr(control.app, "send_task", refuse)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="broker down"):
         control.request(NAME)
     assert not control.queued(NAME)
 

@@ -110,3 +110,16 @@ def test_up_takes_the_operator_password_from_the_environment(tmp_path: Path) -> 
     output = run.output
     assert "First operator account created: root-op (password from GPUCLOUD_ADMIN_PASSWORD)" in output
     assert "a-long-enough-passphrase" not in output
+
+
+def test_up_stays_quiet_so_the_address_and_the_password_stay_on_screen(tmp_path: Path) -> None:
+    """Periodic work (a pass and a heartbeat batch every second) logs at DEBUG only: after ten seconds the
+    first operator's password and the console's address are still among the last lines a terminal shows."""
+    with console(tmp_path) as run:
+        time.sleep(10)
+    # The test's own requests (waiting for /healthz) are logged by uvicorn, one line each: not periodic work.
+    lines = [line for line in run.output.splitlines() if line.strip() and '"GET ' not in line]
+    assert not [line for line in lines if "jobs.schedule_pass" in line or "apply_heartbeats" in line], lines
+    assert len(lines) <= 24, "\n".join(lines)
+    assert any("First operator account created" in line for line in lines)
+    assert any(f"gpucloud console on {run.base}" in line for line in lines)

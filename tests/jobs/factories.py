@@ -55,7 +55,7 @@ def run_pass_now() -> None:
     """Run a scheduling pass in this thread, waiting while one that a submission triggered holds the lock.
 
     With a worker running, each submission asks for a pass on commit; the
-    trigger is debounced, so the worker's pass may have read the ledger
+    request coalesces into one already waiting, so the worker's pass may have read the ledger
     before the last submission committed. A pass run here afterwards
     always sees it.
     """

@@ -246,3 +246,22 @@ def test_restart_applies_the_count_limits_and_allowed_images_again(world: World)
     assert refused.value.error_dict["image"][0].code == "image_not_allowed"
     first.refresh_from_db()
     assert (first.state, first.attempt) == (WorkloadState.CANCELLED, 1), "nothing was written"
+
+
+def test_gpus_held_by_placed_work_are_never_shown_free(world: World) -> None:
+    """Scheduled but not started (a console restarted in between): its GPUs count as held on every page."""
+    from frontend.selectors import allocation_by_pool_and_tenant
+    from inventory.selectors import pool_capacity
+
+    _ready(world)
+    for name in ("one", "two", "three"):
+        services.submit_workload(
+            actor=Actor(user=world.member_a), project=world.project_a, data=request(world, name=name)
+        )
+    run_pass()
+    held = Allocation.all_tenants.filter(released_at__isnull=True, gpu__isnull=False).count()
+    assert held == 3 and Workload.all_tenants.filter(state=WorkloadState.SCHEDULED).count() == 3
+    [models] = pool_capacity([world.pool.pk]).values()
+    assert sum(m["total"] - m["free"] for m in models) == held
+    rows = [r for r in allocation_by_pool_and_tenant() if r.tenant == world.tenant_a.slug]
+    assert sum(r.in_use for r in rows) == held
