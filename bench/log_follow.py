@@ -70,8 +70,10 @@ def _setup(workloads: int) -> list[tuple[int, str]]:
     call_command("migrate", verbosity=0)
     from gpucloud.celery import app
 
-    # Batches an interrupted run left on the control queue would be stored ahead of this run's.
+    # Batches an interrupted run left on the ingest queue would be stored ahead of this run's.
     app.control.purge()
+    with app.connection_for_write() as broker:
+        broker.default_channel.queue_purge("ingest")  # type: ignore[attr-defined]  # kombu's virtual channel
     # A previous run's workloads protect their project, tenant and owner: remove them first.
     Workload.all_tenants.filter(tenant__slug="bench-logs").delete()
     Project.all_tenants.filter(tenant__slug="bench-logs").delete()
@@ -231,7 +233,7 @@ def _write(nodes: list[list[int]], rate: int, seconds: float) -> int:
                 batches.append(_batch(w, due[w], per_batch, counters, cursors))
                 due[w] += BATCH_SECONDS
         if batches:
-            app.send_task("jobs.ingest_log_batches", kwargs={"batches": batches}, queue="control")
+            app.send_task("jobs.ingest_log_batches", kwargs={"batches": batches}, queue="ingest")
             written += per_batch * len(batches)
         ship[k] += SHIP_SECONDS
     return written

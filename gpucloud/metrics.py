@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.http import HttpRequest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
 
+from gpucloud import control
 from inventory.metrics import InventoryCollector
 from jobs.metrics import ActiveGpuAllocations, JobsCollector
 
@@ -90,6 +94,19 @@ def metrics_refusal(request: HttpRequest) -> Refusal | None:
     return None
 
 
+class QueueCollector(Collector):
+    """Messages waiting on the controller's queues: control work (coalesced, so it stays small) and ingest."""
+
+    def collect(self) -> Iterator[Metric]:
+        queued = GaugeMetricFamily(
+            "gpucloud_queued_tasks", "Task messages waiting in the broker, by queue (-1: broker unreachable).",
+            labels=["queue"],
+        )  # fmt: skip
+        for queue, depth in sorted(control.queue_depths().items()):
+            queued.add_metric([queue], depth)
+        yield queued
+
+
 def scrape_registry() -> CollectorRegistry:
     """Return a private registry holding one scrape's collectors (never the library's global default registry).
 
@@ -101,6 +118,7 @@ def scrape_registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(InventoryCollector(holders=allocations.holders))
     registry.register(JobsCollector(allocations=allocations))
+    registry.register(QueueCollector())
     return registry
 
 

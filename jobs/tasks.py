@@ -59,10 +59,17 @@ def replica_exited(
 
 # A batch that does not continue its replica's chain is usually early, not a duplicate: the worker runs
 # several tasks at once, so the batch before it may be in another thread right now. It waits for it a
-# little in place (a broker round trip for a retry can take seconds), then through a few retries, before
-# it counts as a replay and is dropped.
+# little in place (a broker round trip for a retry can take seconds), then through retries spaced ever
+# wider (1, 2, 4 ... 30 s: about three minutes in all, so a worker far behind still finds its
+# predecessor stored), before it counts as a replay and is dropped.
 INGEST_WAIT_SECONDS = 3.0
-INGEST_RETRIES = 3
+INGEST_RETRIES = 9
+INGEST_RETRY_CAP_SECONDS = 30.0
+
+
+def _retry_countdown(retries: int) -> float:
+    """Seconds before retry number `retries` (1-based) of an early batch."""
+    return min(2.0 ** (retries - 1), INGEST_RETRY_CAP_SECONDS)
 
 
 @shared_task(name="jobs.ingest_logs", bind=True, ignore_result=True, max_retries=INGEST_RETRIES)
@@ -79,7 +86,7 @@ def ingest_logs(
             break
         time.sleep(0.02)
     if stored == 0 and lines and self.request.retries < INGEST_RETRIES:
-        raise self.retry(countdown=1.0)
+        raise self.retry(countdown=_retry_countdown(self.request.retries + 1))
     return stored
 
 
@@ -90,7 +97,8 @@ def ingest_log_batches(batches: list[dict[str, Any]]) -> int:
     retry = [{**batch, "retries": int(batch.get("retries", 0)) + 1} for batch in waiting]
     kept = [batch for batch in retry if batch["retries"] <= INGEST_RETRIES]
     if kept:
-        ingest_log_batches.apply_async(kwargs={"batches": kept}, countdown=1.0, queue=INGEST_QUEUE)
+        countdown = _retry_countdown(max(int(batch["retries"]) for batch in kept))
+        ingest_log_batches.apply_async(kwargs={"batches": kept}, countdown=countdown, queue=INGEST_QUEUE)
     return len(batches) - len(waiting)
 
 

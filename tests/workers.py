@@ -16,6 +16,18 @@ from gpucloud import embedded
 from gpucloud.celery import app
 
 
+def purge(queues: list[str]) -> None:
+    """Drop every message waiting on `queues` (and the app's default queues) in the broker."""
+    app.control.purge()
+    with app.connection_for_write() as connection:
+        channel: Any = connection.default_channel
+        for queue in queues:
+            try:
+                channel.queue_purge(queue)
+            except Exception:  # noqa: S112 -- a queue nobody declared holds nothing to purge
+                continue
+
+
 @contextmanager
 def running_worker(queues: list[str], *, concurrency: int = 1) -> Iterator[WorkController]:
     """Run a worker on `queues` for the duration of the block.
@@ -25,7 +37,7 @@ def running_worker(queues: list[str], *, concurrency: int = 1) -> Iterator[WorkC
     """
     database = connections["default"].settings_dict
     max_age, database["CONN_MAX_AGE"] = database["CONN_MAX_AGE"], 0
-    app.control.purge()  # messages a crashed earlier run left behind
+    purge(queues)  # messages a crashed earlier run left behind
     worker = embedded.start_worker(app, queues=queues, concurrency=concurrency)
     try:
         yield worker

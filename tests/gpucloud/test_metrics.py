@@ -427,3 +427,22 @@ def test_every_metric_the_dashboard_queries_is_exported(world: World, client: Cl
     queried = set().union(*(_metric_names(expr) for expr in expressions))
     assert {"DCGM_FI_DEV_GPU_UTIL", "gpucloud_scheduling_pass_duration_seconds_bucket"} <= queried
     assert queried - exported == set()
+
+
+def test_queued_tasks_per_queue(client: Client) -> None:
+    """Waiting messages per queue, read from the broker: a coalesced control request counts once."""
+    from gpucloud import control
+    from gpucloud.celery import app
+    from tests.workers import purge
+
+    purge(["control", "ingest"])
+    control._release("jobs.reconcile")
+    for _ in range(5):
+        control.request("jobs.reconcile")
+    app.send_task("jobs.ingest_log_batches", kwargs={"batches": []}, queue=control.INGEST_QUEUE)
+    try:
+        queued = {s.labels["queue"]: s.value for s in _scrape(client)["gpucloud_queued_tasks"].samples}
+        assert queued == {"control": 1, "ingest": 1}
+    finally:
+        purge(["control", "ingest"])
+        control._release("jobs.reconcile")

@@ -343,8 +343,8 @@ def test_a_batch_that_arrives_before_its_predecessor_waits_for_it_through_the_wo
     second = {"since": "c1", "cursor": "c2", "lines": _lines(3, start=2)}
     ids = {"workload_id": workload.pk, "attempt": 1, "replica": 0}
     with running_worker(["control", "ingest"], concurrency=2):
-        app.send_task("jobs.ingest_logs", kwargs={**ids, **second}, queue="control")
-        app.send_task("jobs.ingest_logs", kwargs={**ids, **first}, queue="control")
+        app.send_task("jobs.ingest_logs", kwargs={**ids, **second}, queue="ingest")
+        app.send_task("jobs.ingest_logs", kwargs={**ids, **first}, queue="ingest")
         assert wait_until(lambda: _cursor(workload) == "c2", timeout=10)
     assert [line[0] for line in _stored(workload)] == [1, 2, 3, 4, 5]
     assert [line[3] for line in _stored(workload)] == [f"line {i}" for i in range(5)]
@@ -363,10 +363,10 @@ def test_a_nodes_message_of_batches_stores_each_replica_in_order_and_retries_the
     ]
     late = {**ids, "replica": 0, "since": "", "cursor": "a1", "lines": _lines(2, "r0")}
     with running_worker(["control", "ingest"], concurrency=2):
-        app.send_task("jobs.ingest_log_batches", kwargs={"batches": message}, queue="control")
+        app.send_task("jobs.ingest_log_batches", kwargs={"batches": message}, queue="ingest")
         assert wait_until(lambda: _cursor(workload, replica=1) == "b2", timeout=10)
         assert _cursor(workload, replica=0) == "", "replica 0 waits for its first batch"
-        app.send_task("jobs.ingest_log_batches", kwargs={"batches": [late]}, queue="control")
+        app.send_task("jobs.ingest_log_batches", kwargs={"batches": [late]}, queue="ingest")
         assert wait_until(lambda: _cursor(workload, replica=0) == "a2", timeout=10)
     stored = _stored(workload)
     assert [line[0] for line in stored] == list(range(1, 9)), "numbered once each, no gap"
