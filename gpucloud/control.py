@@ -26,6 +26,7 @@ front of a scheduling pass or a replica's exit report.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from celery import Task
@@ -41,6 +42,23 @@ INGEST_QUEUE = "ingest"
 INGEST_TASKS = frozenset({"jobs.ingest_logs", "jobs.ingest_log_batches"})
 MARKER_SECONDS = 120
 _MARKER = "control:queued:{name}"
+
+
+# When this process began watching: a silence or a wait it did not see from its start is not its to judge.
+_WATCHING_SINCE = time.monotonic()
+
+
+def watching_for(seconds: float) -> bool:
+    """Return whether this process has been running for at least `seconds`.
+
+    Judgements that count elapsed time (a node silent for the heartbeat
+    timeout, a launch past the start timeout) are made only by a process that
+    watched the whole of that time: after a restart of the controller (or of
+    the whole embedded console) the node's first heartbeat and the relaunch
+    of placed work get their full time, instead of being failed for the
+    minutes the controller itself was down.
+    """
+    return time.monotonic() - _WATCHING_SINCE >= seconds
 
 
 def queue_for(task: str) -> str:

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from gpucloud import control
 from gpucloud.control import CoalescingTask
 from inventory import mailbox, selectors, services
 from inventory.agent.simulated import simulated_reports
@@ -81,14 +82,15 @@ def check_nodes() -> dict[str, Any]:
 
     A node is judged only after every report already in the mailbox has been
     applied: a controller that fell behind must not mistake its own backlog
-    for a silent node. When the mailbox cannot be drained now, no node is
-    judged this time.
+    for a silent node. When the mailbox cannot be drained now, or this
+    process has not yet watched for a whole timeout (it just started), no
+    node is judged this time.
     """
+    timeout = settings.NODE_HEARTBEAT_TIMEOUT_SECONDS
     drained = apply_waiting_reports(wait_seconds=BURST_LIMIT_SECONDS)
+    judge = drained is not None and control.watching_for(timeout)
     return {
-        "unreachable": []
-        if drained is None
-        else services.mark_unreachable_nodes(timeout=timedelta(seconds=settings.NODE_HEARTBEAT_TIMEOUT_SECONDS)),
+        "unreachable": services.mark_unreachable_nodes(timeout=timedelta(seconds=timeout)) if judge else [],
         "provisioning_failed": services.fail_stalled_provisioning(
             timeout=timedelta(seconds=settings.NODE_PROVISION_TIMEOUT_SECONDS)
         ),

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from gpucloud import control
 from inventory.choices import NodeState
 from jobs.choices import ACTIVE_STATES, ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload
@@ -25,7 +26,11 @@ from jobs.services.stopping import (
 
 
 def enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
-    """Fail running workloads past their maximum runtime and launches stuck past the start timeout; return counts."""
+    """Fail running workloads past their maximum runtime and launches stuck past the start timeout; return counts.
+
+    Start timeouts are judged only by a process that has run for a whole
+    timeout (`gpucloud.control.watching_for`).
+    """
     moment = now or timezone.now()
     over = 0
     running = Workload.all_tenants.filter(state=WorkloadState.RUNNING, max_runtime_seconds__isnull=False)
@@ -39,6 +44,9 @@ def enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
                 reason_code=ReasonCode.MAX_RUNTIME,
                 message=f"Stopped: it reached its maximum runtime of {_duration(limit)}.",
             )
+    if not control.watching_for(settings.WORKLOAD_START_TIMEOUT_SECONDS):
+        # Just started: launches the broker lost are being sent again (reconcile); they get their full time.
+        return {"max_runtime": over, "start_timeout": 0}
     cutoff = moment - timedelta(seconds=settings.WORKLOAD_START_TIMEOUT_SECONDS)
     stuck = Workload.all_tenants.filter(
         state__in=[WorkloadState.SCHEDULED, WorkloadState.STARTING], scheduled_at__lt=cutoff

@@ -167,3 +167,37 @@ def test_a_slow_batch_is_followed_at_once_by_what_arrived_meanwhile(
     assert tasks.apply_heartbeats() == applied
     assert batches == [["early"], ["late"]][:applied]
     assert mailbox.drain_reports(lambda reports: None) == left
+
+
+def _silent_for(node: Node, seconds: int) -> None:
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(seconds=seconds))
+
+
+def test_a_heartbeat_waiting_in_the_mailbox_keeps_its_node_alive(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A controller far behind: the node's report has been in the mailbox all along, unapplied. The node
+    check applies it before judging, so the node is not declared lost for the controller's own lag."""
+    from gpucloud import control
+
+    monkeypatch.setattr(control, "_WATCHING_SINCE", time.monotonic() - 3600)
+    mailbox.drain_reports(lambda reports: None)
+    node = make_node(Actor(user=world.operator), world.pool)
+    _silent_for(node, 120)
+    mailbox.post_report({"node": "n1", "sent_at": time.time()})
+    assert tasks.check_nodes()["unreachable"] == []
+    node.refresh_from_db()
+    assert node.state == NodeState.READY
+    _silent_for(node, 120)  # and with nothing waiting, a silent node is lost as before
+    assert tasks.check_nodes()["unreachable"] == ["n1"]
+
+
+def test_a_controller_that_just_started_judges_no_node(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a restart, the minutes the controller was down are not the node's silence."""
+    from gpucloud import control
+
+    mailbox.drain_reports(lambda reports: None)
+    node = make_node(Actor(user=world.operator), world.pool)
+    _silent_for(node, 600)
+    monkeypatch.setattr(control, "_WATCHING_SINCE", time.monotonic())
+    assert tasks.check_nodes()["unreachable"] == []
+    monkeypatch.setattr(control, "_WATCHING_SINCE", time.monotonic() - 31)
+    assert tasks.check_nodes()["unreachable"] == ["n1"]

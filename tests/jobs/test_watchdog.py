@@ -7,6 +7,7 @@ play the agents' reports themselves.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from gpucloud import control
 from inventory.choices import NodeState
 from inventory.models import Node, NodeEvent
 from jobs import services
@@ -121,11 +123,18 @@ def test_maximum_runtime_fails_the_workload_and_frees_its_gpus_once_stopped(worl
     assert job.state == WorkloadState.FAILED and job.reason_code == ReasonCode.MAX_RUNTIME, "the exit changes nothing"
 
 
-def test_a_launch_stuck_past_the_start_timeout_fails(world: World, settings: Any) -> None:
+def test_a_launch_stuck_past_the_start_timeout_fails(
+    world: World, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _ready(world)
     job = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
     run_pass()
     settings.WORKLOAD_START_TIMEOUT_SECONDS = 60
+    # A controller that has just started has not watched the launch: it gives it its full time.
+    monkeypatch.setattr(control, "_WATCHING_SINCE", time.monotonic())
+    assert watchdog.enforce_time_limits(now=timezone.now() + timedelta(seconds=61))["start_timeout"] == 0
+    assert Workload.all_tenants.get(pk=job.pk).state == WorkloadState.SCHEDULED
+    monkeypatch.setattr(control, "_WATCHING_SINCE", time.monotonic() - 61)
     watchdog.enforce_time_limits(now=timezone.now() + timedelta(seconds=61))
     job.refresh_from_db()
     assert (job.state, job.reason_code) == (WorkloadState.FAILED, ReasonCode.START_TIMEOUT)
