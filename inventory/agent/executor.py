@@ -44,6 +44,7 @@ from inventory.drivers.base import (
     RemovableRuntime,
     Resources,
     Runtime,
+    TransientDriverError,
     WorkloadSpec,
 )
 
@@ -213,11 +214,20 @@ class Executor:
                 self._starting.discard(ref.name)
 
     def _start(self, ref: ReplicaRef, spec: dict[str, Any]) -> None:
+        runtime = self.runtime(ref.runtime, ref.node)
         try:
-            handle = self.runtime(ref.runtime, ref.node).start(driver_spec(spec), timeout=START_TIMEOUT)
+            handle = runtime.start(driver_spec(spec), timeout=START_TIMEOUT)
+        except TransientDriverError as error:
+            # Slow or unreachable right now (a busy host): the replica may well be running. It is adopted
+            # if it exists; otherwise nothing is reported, and reconcile sends the start again until the
+            # controller's start timeout decides. A slow start is never reported as a failed one.
+            log.warning("starting %s did not finish: %s", ref.name, error)
+            handle = self._find_quietly(runtime, ref.name)
+            if not handle:
+                return
         except Exception as error:
-            # A permanent refusal (bad image, refused spec) will not improve; a transient one already
-            # waited its timeout. Either way the controller decides (fail the gang), not a retry loop here.
+            # A permanent refusal (bad image, refused spec) will not improve: the controller decides
+            # (fail the gang), not a retry loop here.
             log.warning("starting %s failed: %s", ref.name, error, exc_info=not isinstance(error, DriverError))
             self.report("jobs.replica_exited", **ref.ids(), exit_code=None, message=str(error), launch_failed=True)
             return
@@ -289,6 +299,13 @@ class Executor:
         )
         if message.get("remove") and isinstance(runtime, RemovableRuntime):
             runtime.remove(handle, timeout=CALL_TIMEOUT)
+
+    def _find_quietly(self, runtime: Runtime, name: str) -> Handle:
+        """Return the handle of `name` on `runtime`, or {} when it is not there or the runtime cannot say."""
+        try:
+            return self._find(runtime, name)
+        except DriverError:
+            return {}
 
     def _find(self, runtime: Runtime, name: str) -> Handle:
         for managed in runtime.list_managed(timeout=CALL_TIMEOUT):

@@ -86,3 +86,30 @@ def test_a_replica_being_started_is_starting_not_gone(tmp_path: Path, monkeypatc
     while time.monotonic() < deadline and not runtime.list_managed():
         time.sleep(0.05)
     runtime.stop(next(m.handle for m in runtime.list_managed() if m.name == name), grace_seconds=0)
+
+
+def test_a_start_that_times_out_is_adopted_or_left_to_reconcile_never_reported_failed(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from inventory.drivers.base import DriverTimeout
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    agent = _executor(tmp_path, sent)
+    runtime = agent.runtime("process", NODE)
+    real_start = runtime.start
+
+    def started_but_late(spec: Any, **kwargs: Any) -> Any:
+        real_start(spec, **kwargs)
+        raise DriverTimeout("the supervisor answered after the timeout")
+
+    def never(spec: Any, **kwargs: Any) -> Any:
+        raise DriverTimeout("nothing answered")
+
+    monkeypatch.setattr(runtime, "start", never)
+    agent.start(_spec("gpucloud-w7-r0-a1", seconds=30))
+    assert sent == [], "a slow start is not a failed one: reconcile sends it again"
+    monkeypatch.setattr(runtime, "start", started_but_late)
+    agent.start(_spec("gpucloud-w7-r1-a1", seconds=30))
+    assert [task for task, _ in sent] == ["jobs.replica_started"]
+    assert not any(kwargs.get("launch_failed") for _, kwargs in sent)
+    runtime.stop(next(m.handle for m in runtime.list_managed() if m.name == "gpucloud-w7-r1-a1"), grace_seconds=0)
