@@ -20,7 +20,7 @@ IN_SERVICE = [NodeState.READY, NodeState.CORDONED, NodeState.DRAINING]
 
 
 def pools_visible_to(actor: Actor) -> QuerySet[NodePool]:
-    """Return the pools `actor` may see: all for operators, else shared pools and its tenants' dedicated ones.
+    """Return the pools `actor` may see: all for operators, else shared pools and its active tenants' dedicated ones.
 
     A token narrows this to the pools its own tenant may use.
     """
@@ -32,7 +32,8 @@ def pools_visible_to(actor: Actor) -> QuerySet[NodePool]:
     if actor.token is not None:
         tenant_ids: list[int | None] = [actor.token.tenant_id]
     else:
-        tenant_ids = list(Membership.all_tenants.filter(user=actor.user).values_list("tenant_id", flat=True))
+        memberships = Membership.all_tenants.filter(user=actor.user, tenant__is_active=True)
+        tenant_ids = list(memberships.values_list("tenant_id", flat=True))
     return pools.filter(Q(dedicated_tenant__isnull=True) | Q(dedicated_tenant_id__in=tenant_ids))
 
 

@@ -8,22 +8,33 @@ The generic tests then hold every row to the same promises:
 - a tenant admin of another tenant (the outsider) gets 404 on every method
   of a tenant-A URL, and nothing changes anywhere;
 - below the required role the answer is 403, at or above it 2xx (viewers
-  cannot write, members cannot administer, operators can do everything);
-- and a meta-test fails when an API route has no row here.
+  cannot write, members cannot administer, operators can do everything),
+  through a browser session and through an API token alike;
+- a user of two tenants (`dual`: admin in A and in B, with an admin token
+  bound to each) acts in A with its session and its A token, and its B token
+  gets 404 on every tenant-A operation and sees nothing of A anywhere else;
+- once tenant A is deactivated, or a member removed from it, their sessions
+  get 404 on every tenant-A operation and see nothing of A elsewhere, and
+  their tokens get 401 on every operation;
+- and meta-tests fail when an API route, or an operation of the published
+  OpenAPI schema, has no row here.
 
 Adding an endpoint means adding a row.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from django.apps import apps
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver
+from rest_framework.test import APIClient
 
 from inventory.choices import NodeState
 from inventory.models import Gpu, Node, NodePool
@@ -31,13 +42,21 @@ from inventory.services import register_node, transition_node
 from tenants import services
 from tenants.choices import Role
 from tenants.context import Actor
-from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, TenantQuota
-from tests.conftest import World, client_for
+from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota
+from tenants.scoping import tenant_scope
+from tests.conftest import PASSWORD, World, client_for
 
 Urls = Callable[[World, dict[str, Any]], str]
 Payload = Callable[[World, dict[str, Any]], dict[str, Any]]
-PERSONAS = ["viewer_a", "member_a", "admin_a", "operator"]
-RANK = {"viewer_a": Role.VIEWER, "member_a": Role.MEMBER, "admin_a": Role.ADMIN, "operator": Role.OPERATOR}
+PERSONAS = ["viewer_a", "member_a", "admin_a", "dual", "operator"]
+RANK = {
+    "viewer_a": Role.VIEWER,
+    "member_a": Role.MEMBER,
+    "admin_a": Role.ADMIN,
+    "dual": Role.ADMIN,
+    "operator": Role.OPERATOR,
+}
+CREDENTIALS = ["session", "token"]
 
 
 @dataclass(frozen=True)
@@ -376,8 +395,9 @@ BY_NAME = {c.basename: c for c in CONTRACTS}
 OPERATIONS = ["get", "get-detail", "post", "patch", "delete"]
 
 
-def _call(user: Any, method: str, url: str, body: dict[str, Any] | None) -> Any:
-    client = client_for(user)
+def _call(principal: Any, method: str, url: str, body: dict[str, Any] | None) -> Any:
+    """Send one contract request as `principal`: a user (a browser session), None (anonymous) or a client."""
+    client = principal if isinstance(principal, APIClient) else client_for(principal)
     verb = (
         "get"
         if method == "get-detail" or method.startswith("read:")
@@ -432,16 +452,55 @@ def test_outsiders_get_404_and_change_nothing(world: World, basename: str, opera
     assert _state() == before, "a refused request must not change anything"
 
 
+def _dual(world: World) -> User:
+    """The user of two tenants: admin in tenant A and in tenant B."""
+    user = User.objects.filter(username="dual").first()
+    if user is None:
+        user = User.objects.create_user("dual", "dual@example.com", PASSWORD)
+        for tenant in (world.tenant_a, world.tenant_b):
+            Membership.all_tenants.create(tenant=tenant, user=user, role="admin")
+    return user
+
+
+def _user(world: World, persona: str) -> User:
+    return _dual(world) if persona == "dual" else getattr(world, persona)
+
+
+def _bearer(user: User, tenant: Tenant | None, role: Role) -> APIClient:
+    """Return a client presenting a new API token of `user` bound to `tenant` with `role`."""
+    issued = services.create_token(actor=Actor(user=user), tenant=tenant, name="contract", role=role, expires_in_days=1)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.secret}")
+    return client
+
+
+def _principal(world: World, persona: str, credential: str) -> Any:
+    """Return `persona` as a browser session (the user) or as its token: bound to tenant A with its role
+    there, or for the operator a platform-wide operator token."""
+    user = _user(world, persona)
+    if credential == "session":
+        return user
+    return _bearer(user, None if persona == "operator" else world.tenant_a, RANK[persona])
+
+
+def _is_read(operation: str) -> bool:
+    return operation.startswith(("get", "read:"))
+
+
+@pytest.mark.parametrize("credential", CREDENTIALS)
 @pytest.mark.parametrize("persona", PERSONAS)
 @pytest.mark.parametrize(("basename", "operation"), _cases())
-def test_each_role_gets_exactly_its_rights(world: World, basename: str, operation: str, persona: str) -> None:
+def test_each_role_gets_exactly_its_rights(
+    world: World, basename: str, operation: str, persona: str, credential: str
+) -> None:
     contract = BY_NAME[basename]
     request = _request(world, basename, operation)
     if request is None:
         return
-    needed = contract.read if operation.startswith(("get", "read:")) else contract.write
+    needed = contract.read if _is_read(operation) else contract.write
+    principal = _principal(world, persona, credential)
     before = _state()
-    response = _call(getattr(world, persona), *request)
+    response = _call(principal, *request)
     if not RANK[persona].at_least(needed):
         assert response.status_code == 403, (persona, response.content)
         assert response.json()["error"]["code"] == "permission_denied"
@@ -452,6 +511,107 @@ def test_each_role_gets_exactly_its_rights(world: World, basename: str, operatio
             assert response.status_code == expected, (persona, response.content)
         else:
             assert 200 <= response.status_code < 300, (persona, response.status_code, response.content)
+
+
+# --- one user, two tenants; a deactivated tenant; a removed member ---------------------------------------
+
+
+def _a_only_pool(world: World) -> None:
+    """A pool dedicated to tenant A: what A's people see among the pools, and nobody else."""
+    NodePool.objects.get_or_create(
+        name="a-only", defaults={"description": "Reserved for Tenant A", "dedicated_tenant": world.tenant_a}
+    )
+
+
+def _sees_nothing_of_tenant_a(response: Any, operation: str, *, slug_too: bool) -> None:
+    """Hold a platform operation's answer to showing nothing of tenant A: a read may succeed without naming
+    A (its name, or with `slug_too` its slug), anything else is refused."""
+    body = response.content.decode()
+    if 200 <= response.status_code < 300:
+        assert _is_read(operation), (response.status_code, body)
+        assert "Tenant A" not in body, body
+        assert not slug_too or "tenant-a" not in body, body
+    else:
+        assert response.status_code in (400, 403, 404, 405), (response.status_code, body)
+
+
+@pytest.mark.parametrize(("basename", "operation"), _cases(lambda c: c.tenant_scoped))
+def test_a_token_bound_to_another_tenant_gets_404_where_its_owner_is_admin(
+    world: World, basename: str, operation: str
+) -> None:
+    """dual is an admin of tenant A: its session and its A token act there (test_each_role_gets_exactly_its_rights),
+    its B token gets what an outsider gets."""
+    request = _request(world, basename, operation)
+    if request is None:
+        return
+    token_b = _bearer(_dual(world), world.tenant_b, Role.ADMIN)
+    before = _state()
+    response = _call(token_b, *request)
+    assert response.status_code == 404, response.content
+    assert response.json()["error"]["code"] == "not_found"
+    assert _state() == before, "a refused request must not change anything"
+
+
+@pytest.mark.parametrize(("basename", "operation"), _cases(lambda c: not c.tenant_scoped))
+def test_a_token_bound_to_another_tenant_sees_nothing_of_it_on_platform_routes(
+    world: World, basename: str, operation: str
+) -> None:
+    request = _request(world, basename, operation)
+    if request is None:
+        return
+    dual = _dual(world)
+    _bearer(dual, world.tenant_a, Role.ADMIN)  # a token of A it must not even list
+    token_b = _bearer(dual, world.tenant_b, Role.ADMIN)
+    _a_only_pool(world)
+    before = _state()
+    _sees_nothing_of_tenant_a(_call(token_b, *request), operation, slug_too=True)
+    assert _state() == before
+
+
+def _deactivate_tenant_a(world: World) -> None:
+    services.update_tenant(actor=Actor(user=world.operator), tenant=world.tenant_a, is_active=False)
+
+
+def _remove_from_tenant_a(world: World) -> None:
+    for user in (world.member_a, _dual(world)):
+        membership = Membership.all_tenants.get(tenant=world.tenant_a, user=user)
+        with tenant_scope(world.tenant_a):
+            services.remove_member(actor=Actor(user=world.operator), membership=membership)
+
+
+# Who loses tenant A in each scenario, and how.
+LOSS = {
+    "deactivated": (_deactivate_tenant_a, ["viewer_a", "member_a", "admin_a", "dual"]),
+    "removed": (_remove_from_tenant_a, ["member_a", "dual"]),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(LOSS))
+@pytest.mark.parametrize(("basename", "operation"), _cases())
+def test_a_deactivated_tenant_or_a_removed_member_is_refused_at_once_everywhere(
+    world: World, basename: str, operation: str, scenario: str
+) -> None:
+    """Sessions: 404 on every tenant-A operation, nothing of A on the others. Tokens: 401 on every operation."""
+    request = _request(world, basename, operation)
+    if request is None:
+        return
+    lose, personas = LOSS[scenario]
+    tokens = {persona: _principal(world, persona, "token") for persona in personas}
+    _a_only_pool(world)
+    lose(world)
+    before = _state()
+    for persona in personas:
+        refused = _call(tokens[persona], *request)
+        assert refused.status_code == 401, (persona, refused.content)
+        answer = _call(_user(world, persona), *request)
+        if BY_NAME[basename].tenant_scoped:
+            assert answer.status_code == 404, (persona, answer.content)
+        else:
+            _sees_nothing_of_tenant_a(answer, operation, slug_too=False)
+    assert _state() == before, "a refused request must not change anything"
+    if scenario == "deactivated" and _is_read(operation):
+        # Operators still see a deactivated tenant: they are the ones who may turn it on again.
+        assert _call(world.operator, *request).status_code in (200, BY_NAME[basename].authorized_status.get(operation))
 
 
 def test_tokens_are_personal(world: World) -> None:
@@ -499,6 +659,48 @@ def test_every_api_route_has_a_contract() -> None:
         covered |= {f"api:{contract.basename}-{name}" for name in contract.reads}
     missing = sorted(_api_route_names(get_resolver().url_patterns) - covered)
     assert not missing, f"API routes without a permission contract: {missing}"
+
+
+# Schema operations that the generic tests above cannot reach (each persona sees a different object there),
+# and the tests that hold them to the contract instead.
+COVERED_ELSEWHERE = {
+    ("GET", "/api/v1/tokens/{id}/"): "test_tokens_are_personal; tests/tenants/test_tokens.py (the token rule)",
+    ("DELETE", "/api/v1/tokens/{id}/"): "test_tokens_are_personal; tests/tenants/test_tokens.py (the token rule)",
+}
+_VERBS = {"get": "GET", "get-detail": "GET", "post": "POST", "patch": "PATCH", "delete": "DELETE"}
+
+
+def _schema_operations() -> set[tuple[str, str]]:
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    methods = {"get", "post", "put", "patch", "delete"}
+    return {(method.upper(), path) for path, item in schema["paths"].items() for method in item if method in methods}
+
+
+def _template_of(url: str, templates: list[str]) -> str | None:
+    """Return the schema path `url` is an instance of, preferring literal segments (`bulk/` over `{id}/`)."""
+    for template in sorted(templates, key=lambda t: t.count("{")):
+        pattern = "[^/]+".join(re.escape(part) for part in re.split(r"\{[^}]+\}", template))
+        if re.fullmatch(pattern, url.split("?")[0]):
+            return template
+    return None
+
+
+def test_every_schema_operation_has_a_contract(world: World) -> None:
+    """Fails naming each operation of the published OpenAPI schema that no contract request exercises."""
+    operations = _schema_operations()
+    templates = sorted({path for _, path in operations})
+    covered = set(COVERED_ELSEWHERE)
+    for contract in CONTRACTS:
+        for method, url, _ in contract.requests(world, contract.setup(world)):
+            verb = _VERBS.get(method) or ("POST" if method.startswith("action:") else "GET")
+            template = _template_of(url, templates)
+            assert template is not None, f"{contract.basename} {method} {url} is not in the schema"
+            covered.add((verb, template))
+    missing = sorted(operations - covered)
+    assert not missing, f"schema operations without a permission contract: {missing}"
+    assert len(operations) > 60, "the schema generator found the API"
 
 
 def test_meta_test_sees_the_routes() -> None:
