@@ -31,6 +31,7 @@ from typing import Any
 
 from celery import Task
 from django.core.cache import cache
+from django.db import InterfaceError, OperationalError
 
 from gpucloud.celery import app
 
@@ -43,6 +44,16 @@ INGEST_TASKS = frozenset({"jobs.ingest_logs", "jobs.ingest_log_batches"})
 MARKER_SECONDS = 120
 _MARKER = "control:queued:{name}"
 
+
+# Reports and launches carry what happened on a node: one that meets the database down (a restart, a
+# failover) is retried with backoff for about five minutes instead of being dropped. Each is idempotent.
+REPORT_RETRY: dict[str, Any] = {
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "retry_jitter": True,
+    "max_retries": 15,
+}
 
 # When this process began watching: a silence or a wait it did not see from its start is not its to judge.
 _WATCHING_SINCE = time.monotonic()

@@ -8,7 +8,7 @@ from typing import Any
 from celery import Task, shared_task
 from django.utils import timezone
 
-from gpucloud.control import INGEST_QUEUE, CoalescingTask
+from gpucloud.control import INGEST_QUEUE, REPORT_RETRY, CoalescingTask
 from jobs.scheduler.shell import run_pass
 from jobs.services import execution, idle, logs, reconcile, replicas, watchdog
 
@@ -22,13 +22,13 @@ def schedule_pass() -> dict[str, Any] | None:
     return {"placed": result.placed, "preempted": result.preempted, "waiting": result.waiting}
 
 
-@shared_task(name="jobs.launch_workloads", ignore_result=True)
+@shared_task(name="jobs.launch_workloads", ignore_result=True, **REPORT_RETRY)
 def launch_workloads(workload_ids: list[int]) -> int:
     """Launch placed workloads on their nodes (after a pass commits); return how many replicas were sent."""
     return execution.launch_workloads(workload_ids=workload_ids)
 
 
-@shared_task(name="jobs.replica_started", ignore_result=True)
+@shared_task(name="jobs.replica_started", ignore_result=True, **REPORT_RETRY)
 def replica_started(workload_id: int, attempt: int, replica: int, handle: dict[str, Any], endpoint: str = "") -> bool:
     """An agent started (or adopted) a replica."""
     return replicas.record_replica_started(
@@ -36,13 +36,13 @@ def replica_started(workload_id: int, attempt: int, replica: int, handle: dict[s
     )
 
 
-@shared_task(name="jobs.replica_ready", ignore_result=True)
+@shared_task(name="jobs.replica_ready", ignore_result=True, **REPORT_RETRY)
 def replica_ready(workload_id: int, attempt: int, replica: int) -> bool:
     """A notebook's Jupyter server answered its status URL."""
     return replicas.record_replica_ready(workload_id=workload_id, attempt=attempt, replica=replica)
 
 
-@shared_task(name="jobs.replica_exited", ignore_result=True)
+@shared_task(name="jobs.replica_exited", ignore_result=True, **REPORT_RETRY)
 def replica_exited(
     workload_id: int, attempt: int, replica: int, exit_code: int | None, message: str = "", launch_failed: bool = False
 ) -> bool:
@@ -102,7 +102,7 @@ def ingest_log_batches(batches: list[dict[str, Any]]) -> int:
     return len(batches) - len(waiting)
 
 
-@shared_task(name="jobs.node_replicas", ignore_result=True)
+@shared_task(name="jobs.node_replicas", ignore_result=True, **REPORT_RETRY)
 def node_replicas(
     node: str, managed: list[dict[str, Any]], starting: list[str] | None = None, gone: list[str] | None = None
 ) -> dict[str, int]:

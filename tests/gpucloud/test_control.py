@@ -97,3 +97,25 @@ def test_a_flood_of_requests_keeps_at_most_one_waiting_and_loses_none(clean: Non
         control.request(NAME)  # made during a run: must not be swallowed by it
         assert wait_until(lambda: any(run > asked for run in RUNS), timeout=10), "the follow-up run never came"
     assert 2 <= len(RUNS) <= 12, f"{len(RUNS)} runs for 201 requests over ~2.5 s of 0.3 s runs"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_report_that_meets_the_database_down_is_retried_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Postgres restarting while an exit report is applied: the report is applied once it is back."""
+    from django.db import OperationalError
+
+    from jobs import tasks
+
+    calls: list[dict[str, Any]] = []
+
+    def flaky(**kwargs: Any) -> bool:
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise OperationalError("the database system is starting up")
+        return True
+
+    monkeypatch.setattr(tasks.replicas, "record_replica_exited", flaky)
+    with running_worker(["control"], concurrency=1):
+        tasks.replica_exited.apply_async(kwargs={"workload_id": 1, "attempt": 1, "replica": 0, "exit_code": 0})
+        assert wait_until(lambda: len(calls) >= 2, timeout=15), "the report was dropped after one failure"
+    assert calls[1]["exit_code"] == 0
