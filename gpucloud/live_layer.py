@@ -44,6 +44,15 @@ Outgoing = tuple[str, dict[str, Any]]
 """A message for the live layer: (group name, message with its "type")."""
 
 
+def access_group(user_id: int) -> str:
+    """Return the group that hears when `user_id`'s access may have changed (`access.changed` messages).
+
+    Every open connection of the user joins it: the live streams and the
+    notebook proxy's WebSocket leg, which re-check their access on each message.
+    """
+    return f"access.user.{user_id}"
+
+
 class InProcessChannelLayer(InMemoryChannelLayer):
     """Channels' in-memory layer, safe to send to from any thread's event loop.
 

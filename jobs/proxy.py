@@ -8,7 +8,10 @@ every other path goes to them untouched. For a notebook path it
    `jobs.selectors.notebook_proxy_target`, both in one hop to a database
    thread, on every request and every WebSocket connect, so revoked access
    ends at once. Anyone without access gets the same 404 (HTTP) or refused
-   handshake (WebSocket) as for a notebook that does not exist;
+   handshake (WebSocket) as for a notebook that does not exist. An open
+   WebSocket asks again whenever its user's access may have changed (the
+   live streams' announcements) and every LIVE_RECHECK_SECONDS, and closes
+   with 4403 once access is gone (a removed member, a deactivated tenant);
 2. forwards the request to the same path and query on the endpoint of the
    notebook's first replica (Jupyter runs with `base_url=/notebooks/<id>/`),
    adding `Authorization: token <session secret>` and dropping the
@@ -42,6 +45,7 @@ from importlib import import_module
 from urllib.parse import urlsplit
 
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
 from django.contrib.auth import get_user
@@ -51,6 +55,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from gpucloud.asgitypes import ASGIApp, Message, Receive, Scope, Send
+from gpucloud.live_layer import LIVE_ALIAS, access_group
 from jobs.selectors import ProxyTarget, notebook_proxy_target
 from jobs.upstream import UpstreamError, UpstreamPool, UpstreamResponse, UpstreamTimeout
 
@@ -75,6 +80,8 @@ _REPLACED = frozenset({b"host", b"authorization", b"cookie", b"origin", b"accept
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Jupyter's XSRF cookie is harmless to pass on; its login cookie is a credential the browser must not hold.
 _PASSED_COOKIES = frozenset({"_xsrf"})
+REVOKED = 4403
+"""The code the browser's WebSocket closes with when its user loses access to the notebook, as the live streams'."""
 _SENDABLE_CLOSE = re.compile(r"^(100[0-3]|10(0[7-9]|1[0-4])|[34][0-9]{3})$")
 
 
@@ -411,12 +418,12 @@ class NotebookProxy:
             return
         async with upstream:
             await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
-            await self._relay_frames(receive, send, upstream, SecretMask(target.secret))
-
-    async def _relay_frames(self, receive: Receive, send: Send, upstream: ClientConnection, mask: SecretMask) -> None:
-        """Relay frames both ways until one side closes, then close the other with the same code."""
-        browser = BrowserLeg(receive, send)
-        await _first_of(_upstream_to_browser(upstream, browser, mask), _browser_to_upstream(browser, upstream))
+            browser = BrowserLeg(receive, send)
+            await _first_of(
+                _upstream_to_browser(upstream, browser, SecretMask(target.secret)),
+                _browser_to_upstream(browser, upstream),
+                _until_access_lost(session_key(scope), target, browser, upstream),
+            )
 
 
 class BrowserLeg:
@@ -453,6 +460,51 @@ class BrowserLeg:
         self.closed = True
         with suppress(OSError):  # the browser went away first (uvicorn's ClientDisconnected)
             await self._send({"type": "websocket.close", "code": code})
+
+
+async def _access_changes(user_id: int) -> AsyncIterator[None]:
+    """Yield each time `user_id`'s access may have changed, and every LIVE_RECHECK_SECONDS meanwhile.
+
+    Listens to the user's access group on the live layer, as the live streams
+    do; without a layer (or when it fails) the periodic re-check remains.
+    """
+    period = float(settings.LIVE_RECHECK_SECONDS)
+    layer = get_channel_layer(LIVE_ALIAS)
+    channel, group = None, access_group(user_id)
+    if layer is not None:
+        try:
+            channel = await layer.new_channel()
+            await layer.group_add(group, channel)
+        except Exception as error:  # a layer outage costs promptness, never the connection
+            logger.warning("notebook proxy: no access announcements (%r); re-checking every %.0f s", error, period)
+            channel = None
+    try:
+        while True:
+            if channel is None:
+                await asyncio.sleep(period)
+            else:
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(layer.receive(channel), period)
+            yield
+    finally:
+        if channel is not None and layer is not None:
+            with suppress(Exception):
+                await layer.group_discard(group, channel)
+
+
+async def _until_access_lost(
+    key: str | None, target: ProxyTarget, browser: BrowserLeg, upstream: ClientConnection
+) -> None:
+    """Re-check access whenever it may have changed; once lost, close the browser with 4403 and the upstream.
+
+    The same check as every request's (`authorize`): a removed member, a
+    deactivated tenant or user, or a logout ends an open kernel connection too.
+    """
+    async for _ in _access_changes(target.user_id):
+        if await database_sync_to_async(authorize)(key, target.workload_id) is None:
+            break
+    await browser.close(REVOKED)
+    await upstream.close()
 
 
 async def _upstream_to_browser(upstream: ClientConnection, browser: BrowserLeg, mask: SecretMask) -> None:

@@ -210,6 +210,7 @@ class ProxyTarget:
     workload_id: int
     endpoint: str
     secret: str = field(repr=False)
+    user_id: int  # who reaches it: the proxy's WebSocket leg re-checks when this user's access changes
 
 
 def _proxy_target_sql() -> str:
@@ -222,15 +223,16 @@ def _proxy_target_sql() -> str:
     table names, quoted by the backend, are interpolated.
     """
     quote = connection.ops.quote_name
-    workload, replica, membership = (quote(m._meta.db_table) for m in (Workload, Replica, Membership))
+    workload, replica, membership, tenant = (quote(m._meta.db_table) for m in (Workload, Replica, Membership, Tenant))
     return f"""
         SELECT w.session_secret,
                (SELECT r.endpoint FROM {replica} r
                  WHERE r.workload_id = w.id AND r.attempt = w.attempt AND r.{quote("index")} = 0 AND r.endpoint <> ''
                  LIMIT 1)
           FROM {workload} w
+          JOIN {tenant} t ON t.id = w.tenant_id
          WHERE w.id = %(workload)s AND w.kind = %(notebook)s AND w.state IN (%(starting)s, %(running)s)
-           AND w.session_secret <> ''
+           AND w.session_secret <> '' AND t.is_active = %(active)s
            AND ((w.owner_id = %(user)s AND EXISTS (
                     SELECT 1 FROM {membership} m
                      WHERE m.tenant_id = w.tenant_id AND m.user_id = %(user)s AND m.role IN (%(member)s, %(admin)s)))
@@ -245,16 +247,18 @@ def notebook_proxy_target(user: AbstractBaseUser | AnonymousUser, workload_id: i
 
     Looks across tenants (the proxy's URL names no tenant). Only the
     notebook's owner (while still a member or admin of its tenant) and the
-    admins of its tenant get a target; anyone
-    else (anonymous, another tenant, other members, operators who are not
-    the tenant's admins) gets None, exactly as for a notebook that does not
-    exist, is not starting or running, has no session secret, or whose
-    current attempt's first replica has reported no endpoint yet. One query.
+    admins of its tenant get a target, and only while the tenant is active;
+    anyone else (anonymous, deactivated, another tenant, other members,
+    operators who are not the tenant's admins) gets None, exactly as for a
+    notebook that does not exist, is not starting or running, has no
+    session secret, or whose current attempt's first replica has reported
+    no endpoint yet. One query.
     """
-    if not user.is_authenticated:
+    if not user.is_authenticated or not user.is_active:
         return None
     params = {
         "workload": workload_id,
+        "active": True,
         "user": user.pk,
         "notebook": str(WorkloadKind.NOTEBOOK),
         "starting": str(WorkloadState.STARTING),
@@ -267,7 +271,7 @@ def notebook_proxy_target(user: AbstractBaseUser | AnonymousUser, workload_id: i
         row = cursor.fetchone()
     if row is None or not row[1]:
         return None
-    return ProxyTarget(workload_id=workload_id, endpoint=row[1], secret=row[0])
+    return ProxyTarget(workload_id=workload_id, endpoint=row[1], secret=row[0], user_id=user.pk)
 
 
 # --- live streams -----------------------------------------------------------------------

@@ -456,7 +456,7 @@ PASSED_ON = {
     "a malformed token": Case([Call(job(), auth="malformed")], [401], ("error.code=authentication_failed",)),
     "another tenant's token": Case([Call(job(), auth="outsider")], [404], ("error.code=not_found",)),
     "a viewer's token": Case([Call(job(), auth="viewer")], [403], ("error.code=permission_denied",)),
-    "a suspended tenant": Case([Call(job())], [404], ("error.code=not_found",), suspend_tenant_a),
+    "a suspended tenant": Case([Call(job())], [401], ("error.code=authentication_failed",), suspend_tenant_a),
     "a session cookie": Case([Call(job(), auth="session")], [201], ("owner=member_a",)),
     "no credentials": Case([Call(job(), auth=None)], [401], ("error.code=not_authenticated",)),
     "a query string": Case([Call(job(), path=f"{URL}?dry=1")], [201], ("name=train",)),

@@ -41,8 +41,10 @@ from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Replica, Workload
 from jobs.proxy import SecretMask
 from jobs.selectors import notebook_proxy_target
-from tenants.models import Membership
+from tenants.models import Membership, Tenant
+from tests.api.test_contract import LOSS, _dual, _user
 from tests.conftest import World
+from tests.frontend.live import token_for
 from tests.jobs.factories import add_node
 from tests.workers import uvicorn_server
 
@@ -381,6 +383,151 @@ def test_an_owner_removed_from_the_tenant_or_made_a_viewer_loses_the_notebook(
         assert refused_handshake(console, owner, f"/notebooks/{JUPYTER_ID}/api/events/subscribe") == 403
 
 
+# --- the permission contract over the proxy: two tenants, a deactivated tenant, a removed member ----------
+
+
+def test_a_user_of_two_tenants_reaches_tenant_as_notebooks_by_session_and_no_token_opens_any(
+    world: World, echo: Echo, console: str
+) -> None:
+    """dual administers tenants A and B: its session reaches A's notebook. The proxy takes the console's
+    session only: a bearer token, whichever tenant it is bound to, is no login there."""
+    notebook(world, ECHO_ID, echo.endpoint)
+    dual = _dual(world)
+    reached = len(echo.requests)
+    with browser(console, dual) as session:
+        assert session.get(f"/notebooks/{ECHO_ID}/api/status").status_code == 200
+    for tenant in (world.tenant_a, world.tenant_b):
+        secret = token_for(dual, tenant, "admin")
+        with browser(console, None) as client:
+            client.headers["Authorization"] = f"Bearer {secret}"
+            assert client.get(f"/notebooks/{ECHO_ID}/api/status").status_code == 404
+            assert refused_handshake(console, client, f"/notebooks/{ECHO_ID}/api/events/subscribe") == 403
+    assert len(echo.requests) == reached + 1, "only the session's request reached the notebook"
+
+
+@pytest.mark.parametrize("scenario", sorted(LOSS))
+def test_a_deactivated_tenant_or_a_removed_member_reaches_no_notebook(
+    world: World, echo: Echo, console: str, scenario: str
+) -> None:
+    """The owner (member_a) and the tenant's admins (admin_a, dual) get through until tenant A is deactivated
+    or they are removed from it; then they get what a stranger gets, over HTTP and WebSocket."""
+    notebook(world, ECHO_ID, echo.endpoint)
+    lose, personas = LOSS[scenario]
+    reaching = [p for p in ("member_a", "admin_a", "dual") if p in personas]
+    clients = {persona: browser(console, _user(world, persona)) for persona in reaching}
+    try:
+        for client in clients.values():
+            assert client.get(f"/notebooks/{ECHO_ID}/api/status").status_code == 200
+        lose(world)
+        for persona, client in clients.items():
+            answer = client.get(f"/notebooks/{ECHO_ID}/api/status")
+            assert (answer.status_code, answer.text) == (404, "Not found."), persona
+            assert client.post(f"/notebooks/{ECHO_ID}/api/kernels", json={}).status_code == 404, persona
+            assert refused_handshake(console, client, f"/notebooks/{ECHO_ID}/api/events/subscribe") == 403, persona
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def test_a_deactivated_user_reaches_no_notebook(world: World, echo: Echo, console: str) -> None:
+    notebook(world, ECHO_ID, echo.endpoint)
+    with browser(console, world.member_a) as owner:
+        assert owner.get(f"/notebooks/{ECHO_ID}/api/status").status_code == 200
+        world.member_a.is_active = False
+        world.member_a.save(update_fields=["is_active"])
+        assert owner.get(f"/notebooks/{ECHO_ID}/api/status").status_code == 404
+        assert refused_handshake(console, owner, f"/notebooks/{ECHO_ID}/api/events/subscribe") == 403
+
+
+def _closed_with(channel: Connection) -> int | None:
+    """Return the close code the proxy sent, reading past any frame still on its way; fails after 10 s."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            channel.recv(timeout=max(deadline - time.monotonic(), 0.01))
+        except ConnectionClosed as closed:
+            return closed.rcvd.code if closed.rcvd is not None else None
+    raise AssertionError("the proxy kept the connection open")
+
+
+@pytest.mark.parametrize("scenario", sorted(LOSS))
+def test_an_open_kernel_connection_closes_4403_as_soon_as_access_is_lost(
+    world: World, echo: Echo, console: str, scenario: str, settings: Any
+) -> None:
+    """The announcement that closes the live streams closes the proxied WebSocket too (the periodic
+    re-check is an hour away here); whoever keeps access stays connected."""
+    settings.LIVE_RECHECK_SECONDS = 3600
+    notebook(world, ECHO_ID, echo.websockets_endpoint)
+    path = f"/notebooks/{ECHO_ID}/api/kernels/k/channels"
+    lose, _ = LOSS[scenario]
+    with (
+        browser(console, world.member_a) as owner,
+        browser(console, world.admin_a) as admin,
+        websocket(console, owner, path) as owners,
+        websocket(console, admin, path) as admins,
+    ):
+        for channel in (owners, admins):
+            channel.send("hello")
+            assert channel.recv(timeout=10) == "hello"
+        began = time.monotonic()
+        lose(world)
+        assert _closed_with(owners) == 4403
+        assert time.monotonic() - began < 5
+        if scenario == "deactivated":
+            assert _closed_with(admins) == 4403
+        else:
+            admins.send("still here")
+            assert admins.recv(timeout=10) == "still here"
+    assert wait_for(lambda: all("close_code" in seen for seen in echo.websockets[-2:]))
+
+
+def test_an_access_change_without_announcement_is_caught_by_the_periodic_recheck(
+    world: World, echo: Echo, console: str, settings: Any
+) -> None:
+    settings.LIVE_RECHECK_SECONDS = 1
+    notebook(world, ECHO_ID, echo.websockets_endpoint)
+    path = f"/notebooks/{ECHO_ID}/api/kernels/k/channels"
+    with browser(console, world.member_a) as owner, websocket(console, owner, path) as channel:
+        channel.send("hello")
+        assert channel.recv(timeout=10) == "hello"
+        Tenant.objects.filter(pk=world.tenant_a.pk).update(is_active=False)  # no signal, no announcement
+        assert _closed_with(channel) == 4403
+
+
+def _asgi_apps(app: Any, seen: set[int] | None = None) -> list[Any]:
+    """Return every ASGI app the console's application is built of, outermost first."""
+    seen = seen if seen is not None else set()
+    if app is None or id(app) in seen or isinstance(app, str | int | float | bool):
+        return []
+    seen.add(id(app))
+    found = [app]
+    for name in ("app", "inner", "application"):
+        found += _asgi_apps(getattr(app, name, None), seen)
+    for inner in (getattr(app, "application_mapping", None) or {}).values():
+        found += _asgi_apps(inner, seen)
+    return found
+
+
+# The console's own ASGI apps that answer requests themselves, and the tests that hold them to the contract.
+ASGI_ROUTES = {
+    "jobs.proxy.NotebookProxy": "this module: the notebook proxy, HTTP and WebSocket",
+    "jobs.api.ingest.SubmissionIngest": "tests/jobs/test_ingest.py: the same answers as the API's contract",
+    "frontend.consumers.auth.LiveAuthMiddleware": "tests/frontend/test_live_contract.py: every WebSocket route",
+}
+
+
+def test_every_route_the_asgi_application_serves_itself_is_covered() -> None:
+    """Fails naming each of the console's own ASGI apps in front of Django and Channels that no test covers."""
+    ours = ("gpucloud.", "jobs.", "frontend.", "tenants.", "inventory.")
+    names = {
+        f"{type(app).__module__}.{type(app).__qualname__}"
+        for app in _asgi_apps(application)
+        if type(app).__module__.startswith(ours)
+    }
+    assert "jobs.proxy.NotebookProxy" in names, "the walk found the proxy"
+    assert names == set(ASGI_ROUTES), f"ASGI apps without an access contract: {sorted(names - set(ASGI_ROUTES))}"
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -590,3 +737,6 @@ def test_the_selector_is_the_one_check(world: World) -> None:
     assert notebook_proxy_target(world.admin_a, workload.pk) is not None
     for user in (world.viewer_a, world.admin_b, world.operator):
         assert notebook_proxy_target(user, workload.pk) is None
+    Tenant.objects.filter(pk=world.tenant_a.pk).update(is_active=False)
+    for user in (world.member_a, world.admin_a):
+        assert notebook_proxy_target(user, workload.pk) is None, "a deactivated tenant's notebooks serve nobody"
