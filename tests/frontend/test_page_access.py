@@ -192,10 +192,10 @@ def _visits(world: World, page: PageRoute, *, writes: bool = True) -> list[Visit
     return visits
 
 
-def _open(client: Client, visit: Visit, **headers: str) -> Any:
+def _open(client: Client, visit: Visit, headers: dict[str, str] | None = None) -> Any:
     if visit.method == "get":
-        return client.get(visit.url, **headers)
-    return client.post(visit.url, visit.data or {}, **headers)
+        return client.get(visit.url, headers=headers)
+    return client.post(visit.url, visit.data or {}, headers=headers)
 
 
 def _session(world: World, persona: str) -> Client:
@@ -262,7 +262,7 @@ def test_an_api_token_opens_no_page(world: World, name: str) -> None:
     for visit in _visits(world, BY_NAME[name]):
         for secret in secrets:
             before = _state()
-            response = _open(Client(), visit, HTTP_AUTHORIZATION=f"Bearer {secret}")
+            response = _open(Client(), visit, {"Authorization": f"Bearer {secret}"})
             assert response.status_code == 302 and response["Location"].startswith("/login/"), visit
             assert _state() == before
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.models import User
-from django.http import HttpResponse
 from django.test import Client
 
 from tenants.models import Membership
@@ -13,7 +14,7 @@ from tests.conftest import PASSWORD, World, client_for
 MEMBERS = "/api/v1/tenants/tenant-a/memberships/"
 
 
-def logged_in_page(user: User, path: str) -> HttpResponse:
+def logged_in_page(user: User, path: str) -> Any:
     client = Client()
     assert client.login(username=user.username, password=PASSWORD)
     return client.get(path)
