@@ -13,10 +13,12 @@ submission, a completion) and however far the workers fall behind:
 - a worker clears the marker just before it runs the task, so a request
   that arrives during a run queues exactly one follow-up and none is lost.
 
-The marker expires after MARKER_SECONDS, so a message lost with its broker
-(the embedded broker dies with its process) blocks nothing for long. When
-the cache cannot be reached the message is sent anyway: a duplicate run is
-harmless (every control task is idempotent), a lost one is not.
+Every worker clears all markers when it starts: a message waiting when a
+worker was killed may be held unacknowledged by the broker for a long time,
+and the restarted controller must not wait for it (an extra message costs
+one extra run). As a last resort a marker expires after MARKER_SECONDS.
+When the cache cannot be reached the message is sent anyway: a duplicate
+run is harmless (every control task is idempotent), a lost one is not.
 
 Bulk work (log ingest) travels on a queue of its own, INGEST_QUEUE, served
 by its own worker threads, so a chatty workload's output never waits in
@@ -30,6 +32,7 @@ import time
 from typing import Any
 
 from celery import Task
+from celery.signals import worker_ready
 from django.core.cache import cache
 from django.db import InterfaceError, OperationalError
 
@@ -41,7 +44,7 @@ CONTROL_QUEUE = "control"
 INGEST_QUEUE = "ingest"
 # Tasks that carry bulk data (a node's log batches) and the queue they travel on.
 INGEST_TASKS = frozenset({"jobs.ingest_logs", "jobs.ingest_log_batches"})
-MARKER_SECONDS = 120
+MARKER_SECONDS = 300
 _MARKER = "control:queued:{name}"
 
 
@@ -133,6 +136,21 @@ class CoalescingTask(Task):
     def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
         """Clear the marker as the run begins, so a request made during the run queues one follow-up."""
         _release(self.name)
+
+
+def forget_waiting(**_: Any) -> int:
+    """Clear the marker of every coalescing task (a worker starting); return how many tasks there are.
+
+    Connected to Celery's `worker_ready`: the next request of each task is
+    sent, whatever a killed worker left behind.
+    """
+    names = [name for name, task in app.tasks.items() if isinstance(task, CoalescingTask)]
+    for name in names:
+        _release(name)
+    return len(names)
+
+
+worker_ready.connect(forget_waiting, weak=False)
 
 
 def queue_depths(queues: tuple[str, ...] = (CONTROL_QUEUE, INGEST_QUEUE)) -> dict[str, int]:

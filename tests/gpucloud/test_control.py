@@ -119,3 +119,15 @@ def test_a_report_that_meets_the_database_down_is_retried_not_dropped(monkeypatc
         tasks.replica_exited.apply_async(kwargs={"workload_id": 1, "attempt": 1, "replica": 0, "exit_code": 0})
         assert wait_until(lambda: len(calls) >= 2, timeout=15), "the report was dropped after one failure"
     assert calls[1]["exit_code"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_starting_worker_forgets_messages_a_killed_one_held(clean: None) -> None:
+    """A worker killed -9 with a pass waiting leaves its marker set; the next worker to start clears it, so
+    the restarted controller's first request is sent instead of merging into a message the broker holds."""
+    control._claim(NAME)  # what the killed worker's waiting message left behind
+    assert control.queued(NAME)
+    with running_worker(["control"], concurrency=1):
+        assert not control.queued(NAME)
+        assert control.request(NAME)
+        assert wait_until(lambda: len(RUNS) >= 1, timeout=10)
