@@ -1,0 +1,522 @@
+"""The faults, and the runner that sets a console up, drives work through it, injects one fault and measures.
+
+Every run: fresh data (a scratch SQLite directory, or a scratch Postgres
+database `gpucloud_faults_<fault>` and the suite's Redis database), the
+accounts (`world.bootstrap`), the components started, the nodes registered
+and provisioned through the API, then:
+
+- kill and restart faults: notebooks first (running and serving before
+  anything breaks), then batch jobs one every 2 s, a burst just before the
+  fault (passes and launches in flight while earlier jobs stream their
+  logs), the component SIGKILLed with its whole process group (or Redis
+  SIGKILLed, or Postgres stopped in immediate mode), down for `down`
+  seconds while the client keeps submitting (retrying with its
+  Idempotency-Key), then started again: that instant is the fault's end;
+- the CPU-starve fault: two processes spinning beside the embedded console
+  for `starve_minutes`, the jobs submitted evenly across them; the fault
+  ends when the spinners stop.
+
+Then it observes until every workload settled and at least `observe_min`
+seconds (two reconcile periods by default) passed since the fault's end, or
+`observe_max` passed, and measures (see `report`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import secrets
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _faults import report
+from _faults.ledger import ACTIVE
+from _faults.observe import Observer, QueueSampler
+from _faults.procs import Busy, wait_until
+from _faults.services import (
+    SHARED_DATABASE,
+    SHARED_REDIS,
+    PrivateDocker,
+    PrivatePostgres,
+    PrivateRedis,
+    drop_database,
+    flush_redis,
+    fresh_database,
+)
+from _faults.topology import Topology, distributed, embedded
+from _faults.truth import Design, designs, running_processes
+from _faults.world import Api, bootstrap, browser_session, proxy_serves
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER_IMAGE = "gpucloud-test/busybox:latest"
+JOB_INTERVAL = 2.0
+BURST = 4
+DURING_OUTAGE = 2
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: which console it hits, what breaks (`target`), and how (`action`)."""
+
+    name: str
+    mode: str  # embedded | distributed
+    action: str  # kill | starve
+    target: str = ""  # a component name, "agent" (the busiest), "redis", "postgres" or "docker"
+    private: str = ""  # "redis", "postgres" or "docker": run that server privately, since the fault restarts it
+    about: str = ""
+
+
+FAULTS: dict[str, Fault] = {
+    fault.name: fault
+    for fault in (
+        Fault("embedded-starve", "embedded", "starve", about="two busy processes beside `gpucloud up`"),
+        Fault("embedded-kill", "embedded", "kill", "console", about="kill -9 `gpucloud up`, start it again"),
+        Fault("web-kill", "distributed", "kill", "web", about="kill -9 `gpucloud serve`"),
+        Fault("worker-kill", "distributed", "kill", "worker", about="kill -9 the controller's worker"),
+        Fault("beat-kill", "distributed", "kill", "beat", about="kill -9 beat"),
+        Fault("agent-kill", "distributed", "kill", "agent", about="kill -9 the agent running most replicas"),
+        Fault("redis-restart", "distributed", "kill", "redis", "redis", about="kill -9 Redis (no persistence)"),
+        Fault("postgres-restart", "distributed", "kill", "postgres", "postgres", about="Postgres immediate stop"),
+        Fault("docker-restart", "distributed", "kill", "docker", "docker", about="kill -9 dockerd (live restore)"),
+    )
+}
+
+
+@dataclass
+class Settings:
+    """How to run the faults; the defaults are the bench's (the tests pass smaller ones)."""
+
+    code: Path
+    work_root: Path = Path("/tmp/faults-runs")  # noqa: S108 -- scratch run directories, one per run
+    starve_minutes: float = 15.0
+    starve_jobs: int = 50
+    starve_notebooks: int = 5
+    jobs: int = 12
+    notebooks: int = 2
+    down: float = 5.0
+    observe_min: float = 60.0
+    observe_max: float = 300.0
+    embedded_gpus: int = 8
+    node_gpus: int = 4
+    distributed_nodes: int = 2
+    database_server: str = SHARED_DATABASE
+    database_prefix: str = "gpucloud_faults_"
+    redis_url: str = SHARED_REDIS
+    worker_queues: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    keep: bool = False
+    log: Callable[[str], None] = lambda message: print(message, file=sys.stderr, flush=True)
+
+
+class Submitter:
+    """Submits planned workloads at their times on a thread of its own, as a client would, retrying each."""
+
+    def __init__(self, api: Api, run_id: str, proof_dir: Path, patience: float, image: str | None) -> None:
+        self.api = api
+        self.image = image
+        self.run_id = run_id
+        self.proof_dir = proof_dir
+        self.patience = patience
+        self.accepted: dict[str, int] = {}
+        self.never_accepted: list[str] = []
+        self.failed_tries = 0
+        self._plan: queue.Queue[tuple[float, Design] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="faults-submitter", daemon=True)
+        self._thread.start()
+
+    def plan(self, design: Design, at: float) -> None:
+        self._plan.put((at, design))
+
+    def close(self, timeout: float) -> None:
+        """Stop once everything planned was submitted (or given up on)."""
+        self._plan.put(None)
+        self._thread.join(timeout=timeout)
+
+    def _run(self) -> None:
+        while (item := self._plan.get()) is not None:
+            at, design = item
+            time.sleep(max(0.0, at - time.monotonic()))
+            payload = design.payload(run_id=self.run_id, proof_dir=self.proof_dir, image=self.image)
+            workload_id, failures = self.api.submit(payload, deadline=time.monotonic() + self.patience)
+            self.failed_tries += failures
+            if workload_id is None:
+                self.never_accepted.append(design.name)
+            else:
+                self.accepted[design.name] = workload_id
+
+
+class Run:
+    """One fault run, from a fresh console to its figures; `teardown` leaves nothing running."""
+
+    def __init__(self, fault: Fault, settings: Settings, plan: list[Design]) -> None:
+        self.fault = fault
+        self.settings = settings
+        self.log = settings.log
+        self.run_id = f"{fault.name}-{secrets.token_hex(3)}"
+        self.run_dir = settings.work_root / self.run_id
+        self.proof_dir = self.run_dir / "proof"
+        self.proof_dir.mkdir(parents=True)
+        self.designs = {design.name: design for design in plan}
+        self.extra: dict[str, Any] = {}
+        self.redis: PrivateRedis | None = None
+        self.docker: PrivateDocker | None = None
+        self.image: str | None = None
+        self.postgres: PrivatePostgres | None = None
+        self.top: Topology | None = None
+        self.observer: Observer | None = None
+        self.sampler: QueueSampler | None = None
+        self.submitter: Submitter | None = None
+        self.owner: Api | None = None
+        self.fault_end: float | None = None
+
+    # --- set-up ----------------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        started = time.monotonic()
+        self.top = self._topology()
+        self.log(f"[{self.run_id}] bootstrap ({self.top.mode}, code {self.settings.code})")
+        tokens = bootstrap(code=self.settings.code, env=self.top.env, gpus=self.top.gpus)
+        self.top.start()
+        operator = Api(self.top.console, tokens["operator"])
+        for node, count in self.top.nodes:
+            found = operator.add_node(node, runtime=self.top.runtime, timeout=300)
+            if found != count:
+                raise RuntimeError(f"node {node} has {found} GPUs, not {count}")
+        self.owner = Api(self.top.console, tokens["owner"])
+        self.observer = Observer(self.top.ledger(), self.designs, self.run_id)
+        self.observer.start()
+        self.sampler = QueueSampler(redis_url=self.top.redis_url, samples_file=None)
+        if self.top.mode == "embedded":
+            self.sampler = QueueSampler(samples_file=self.top.queue_samples)
+        self.sampler.start()
+        patience = self.settings.observe_max
+        api = Api(self.top.console, tokens["owner"])
+        self.submitter = Submitter(api, self.run_id, self.proof_dir, patience, self.image)
+        self.extra["setup_s"] = round(time.monotonic() - started, 1)
+        self.log(f"[{self.run_id}] ready in {self.extra['setup_s']} s: {self.top.console}, {self.top.gpus} GPUs")
+
+    def _topology(self) -> Topology:
+        settings, fault = self.settings, self.fault
+        if fault.mode == "embedded":
+            return embedded(settings.code, self.run_dir, gpus=settings.embedded_gpus, extra=settings.extra_env)
+        redis_url = settings.redis_url
+        if fault.private == "redis":
+            self.redis = PrivateRedis(self.run_dir)
+            self.redis.start()
+            redis_url = self.redis.url
+        flush_redis(redis_url)
+        server = settings.database_server
+        if fault.private == "postgres":
+            self.postgres = PrivatePostgres()
+            self.postgres.start()
+            server = self.postgres.url
+        database = fresh_database(server, settings.database_prefix + fault.name.replace("-", "_"))
+        nodes = [(f"fa-{i}", settings.node_gpus) for i in range(1, settings.distributed_nodes + 1)]
+        runtime, extra = "process", dict(settings.extra_env)
+        if fault.private == "docker":
+            # Jobs in containers of the test image, CPU only: a Docker node with GPUs needs the NVIDIA toolkit.
+            self.docker = PrivateDocker(self.run_dir)
+            self.docker.start()
+            self.docker.build_image(ROOT / ".ci" / "build-test-image", DOCKER_IMAGE)
+            self.image, runtime, nodes = DOCKER_IMAGE, "docker", [("fd-1", 0)]
+            extra.update(DOCKER_HOST=self.docker.url, GPUCLOUD_HEALTHCHECK_IMAGE=DOCKER_IMAGE)
+        return distributed(
+            settings.code,
+            self.run_dir,
+            database_url=database,
+            redis_url=redis_url,
+            nodes=nodes,
+            worker_queues=settings.worker_queues,
+            runtime=runtime,
+            extra=extra,
+        )
+
+    # --- driving work and the fault -------------------------------------------------------------------
+
+    def _wait_for_notebooks(self, timeout: float) -> None:
+        observer = self.observer
+        assert observer is not None
+        names = [name for name, design in self.designs.items() if design.kind == "notebook"]
+        started = time.monotonic()
+        serving = wait_until(lambda: all(observer.serving.get(n) for n in names), timeout, interval=1)
+        self.extra["notebooks_serving_before_fault_s"] = round(time.monotonic() - started, 1) if serving else None
+        self.log(f"[{self.run_id}] notebooks serving: {serving} after {time.monotonic() - started:.0f} s")
+
+    def drive_kill(self) -> None:
+        """Notebooks, a stream of jobs, a burst, the fault in the middle of it, down `down` s, the restart."""
+        assert self.submitter is not None and self.observer is not None
+        notebooks = [d for d in self.designs.values() if d.kind == "notebook"]
+        jobs = [d for d in self.designs.values() if d.kind == "job"]
+        for design in notebooks:
+            self.submitter.plan(design, time.monotonic())
+        self._wait_for_notebooks(timeout=240)
+        lead = jobs[: max(0, len(jobs) - BURST - DURING_OUTAGE)]
+        burst = jobs[len(lead) : len(lead) + BURST]
+        during = jobs[len(lead) + BURST :]
+        begin = time.monotonic()
+        for i, design in enumerate(lead):
+            self.submitter.plan(design, begin + i * JOB_INTERVAL)
+        burst_at = begin + len(lead) * JOB_INTERVAL
+        for design in burst:
+            self.submitter.plan(design, burst_at)
+        fault_at = burst_at + 0.7
+        for design in during:
+            self.submitter.plan(design, fault_at + self.settings.down / 2)
+        time.sleep(max(0.0, fault_at - time.monotonic()))
+        target = self._target()
+        assert self.top is not None
+        ledger = self.top.ledger()
+        try:
+            watch = self.observer.watch_unfinished(ledger.snapshot(), since=float("inf"))
+        finally:
+            ledger.close()
+        self.log(f"[{self.run_id}] fault: {self.fault.about} ({target}); {len(watch.names)} workloads not ended")
+        killed_at = time.monotonic()
+        self._break(target)
+        time.sleep(self.settings.down)
+        restarted_at = time.monotonic()
+        self._repair(target)
+        watch.since = restarted_at
+        self.observer.mark_fault_end()
+        self.fault_end = restarted_at
+        self.extra["down_s"] = round(restarted_at - killed_at, 1)
+        self.extra["unfinished_at_fault"] = len(watch.names)
+        self.extra["watch"] = watch
+        if wait_until(self.top.healthy, 120, interval=0.2):
+            self.extra["restart_to_healthy_s"] = round(time.monotonic() - restarted_at, 1)
+
+    def drive_starve(self) -> None:
+        """Two spinning processes beside the console; notebooks and jobs submitted while they spin."""
+        assert self.submitter is not None and self.observer is not None and self.sampler is not None
+        busy = Busy(2)
+        busy.start()
+        began = time.monotonic()
+        length = self.settings.starve_minutes * 60
+        self.log(f"[{self.run_id}] starving the CPU for {length:.0f} s")
+        jobs = [d for d in self.designs.values() if d.kind == "job"]
+        for design in self.designs.values():
+            if design.kind == "notebook":
+                self.submitter.plan(design, began + 5)
+        span = max(30.0, length - 120)
+        for i, design in enumerate(jobs):
+            self.submitter.plan(design, began + 10 + i * span / max(1, len(jobs)))
+        try:
+            while (left := began + length - time.monotonic()) > 0:
+                time.sleep(min(60.0, left))
+                self._progress()
+        finally:
+            busy.stop()
+        self.observer.mark_fault_end()
+        self.fault_end = time.monotonic()
+
+    def _progress(self) -> None:
+        assert self.observer is not None
+        snap = self.observer.last
+        states: dict[str, int] = {}
+        for row in snap.workloads.values() if snap else []:
+            states[row.state] = states.get(row.state, 0) + 1
+        self.log(f"[{self.run_id}] {time.strftime('%H:%M:%S')} states {states}")
+
+    def _target(self) -> str:
+        assert self.top is not None and self.observer is not None
+        if self.fault.target != "agent":
+            return self.fault.target
+        snap = self.observer.last
+        held: dict[str, int] = {name: 0 for name, _ in self.top.nodes}
+        for _, _, node_id in snap.allocations if snap else []:
+            name = snap.nodes[node_id][0] if snap else ""
+            held[name] = held.get(name, 0) + 1
+        return f"agent-{max(held, key=lambda name: held[name])}"
+
+    def _break(self, target: str) -> None:
+        assert self.top is not None
+        if target == "docker":
+            assert self.docker is not None
+            self.docker.kill9()
+        elif target == "redis":
+            assert self.redis is not None
+            self.redis.kill9()
+        elif target == "postgres":
+            assert self.postgres is not None
+            self.postgres.crash()
+        else:
+            self.top.components[target].kill9()
+
+    def _repair(self, target: str) -> None:
+        assert self.top is not None
+        if target == "docker":
+            assert self.docker is not None
+            self.docker.start()
+        elif target == "redis":
+            assert self.redis is not None
+            self.redis.start()
+        elif target == "postgres":
+            assert self.postgres is not None
+            self.postgres.restart_after_crash()
+        else:
+            self.top.components[target].start()
+
+    # --- observing and measuring -------------------------------------------------------------------------
+
+    def observe(self) -> None:
+        """Wait until everything settled and `observe_min` passed since the fault's end, or `observe_max`."""
+        assert self.observer is not None and self.submitter is not None and self.fault_end is not None
+        self.submitter.close(timeout=self.settings.observe_max)
+        minimum = self.fault_end + self.settings.observe_min
+        maximum = self.fault_end + self.settings.observe_max
+        while time.monotonic() < maximum:
+            if time.monotonic() >= minimum and self._settled():
+                break
+            time.sleep(1)
+        time.sleep(1.5)  # one more poll after the last change
+        self.extra["observed_after_fault_s"] = round(time.monotonic() - self.fault_end, 1)
+
+    def _settled(self) -> bool:
+        assert self.observer is not None and self.submitter is not None
+        snap = self.observer.last
+        if snap is None or self.observer.violations:
+            return False
+        submitted = self.submitter.accepted.keys() | set(self.submitter.never_accepted)
+        return submitted >= self.designs.keys()
+
+    def measure(self) -> dict[str, Any]:
+        assert self.observer is not None and self.sampler is not None and self.top is not None
+        assert self.submitter is not None and self.owner is not None
+        final = self.observer.last
+        orphans = sorted(self.observer.last_processes.keys() - _run_by_ledger(final))
+        self.observer.stop()
+        self.sampler.stop()
+        console_up = wait_until(self.top.healthy, 60, interval=0.5)
+        logs = self._logs() if console_up else None
+        self.extra["notebooks_through_proxy"] = self._proxy() if console_up else None
+        if console_up:
+            with contextlib.suppress(Exception):
+                self.extra["pool_free_api"] = self.owner.pool_free()
+        return report.summarize(
+            fault=self.fault,
+            run_id=self.run_id,
+            code=self.settings.code,
+            designs=self.designs,
+            accepted=self.submitter.accepted,
+            never_accepted=self.submitter.never_accepted,
+            submit_retries=self.submitter.failed_tries,
+            observer=self.observer,
+            final=final,
+            orphans=orphans,
+            logs=logs,
+            proof_dir=self.proof_dir,
+            queues=self.sampler.maxima(),
+            extra=self.extra,
+            gpus=self.top.gpus,
+        )
+
+    def _logs(self) -> dict[str, list[dict[str, Any]]] | None:
+        assert self.owner is not None and self.submitter is not None
+        found = {}
+        for name, workload_id in self.submitter.accepted.items():
+            if self.designs[name].kind == "job":
+                try:
+                    found[name] = self.owner.log_lines(workload_id)
+                except Exception as error:  # reported, not raised: the other figures still count
+                    self.log(f"[{self.run_id}] logs of {name}: {error}")
+                    return None
+        return found
+
+    def _proxy(self) -> str | None:
+        assert self.top is not None and self.submitter is not None
+        notebooks = [(n, i) for n, i in self.submitter.accepted.items() if self.designs[n].kind == "notebook"]
+        if not notebooks:
+            return None
+        try:
+            session = browser_session(self.top.console)
+        except Exception as error:  # a diagnostic figure
+            return f"login failed: {error}"
+        return f"{sum(proxy_serves(session, i) for _, i in notebooks)}/{len(notebooks)}"
+
+    # --- teardown ----------------------------------------------------------------------------------------
+
+    def teardown(self, result: dict[str, Any] | None) -> None:
+        """Cancel the notebooks, stop every component and server, kill what is left of the run's workloads."""
+        with contextlib.suppress(Exception):
+            if self.observer is not None:
+                self.observer.stop()
+        with contextlib.suppress(Exception):
+            if self.sampler is not None:
+                self.sampler.stop()
+        stopped = None
+        if self.top is not None and self.owner is not None and self.submitter is not None and self.top.healthy():
+            stopped = self._cancel_notebooks()
+        if self.top is not None:
+            self.top.stop()
+        left = running_processes(self.run_id)
+        for pids in left.values():
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        if self.redis is not None:
+            self.redis.stop()
+        if self.docker is not None:
+            self.docker.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+        elif self.top is not None and self.top.database_url and not self.settings.keep:
+            drop_database(self.top.database_url)
+        if result is not None:
+            result["teardown"] = {"notebooks_stopped_by_cancel": stopped, "killed_after_stop": len(left)}
+            result["run_dir"] = str(self.run_dir) if self.settings.keep else None
+        if not self.settings.keep:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _cancel_notebooks(self) -> str:
+        assert self.owner is not None and self.submitter is not None
+        ids = {i for n, i in self.submitter.accepted.items() if self.designs[n].kind == "notebook"}
+        for workload_id in ids:
+            with contextlib.suppress(Exception):
+                self.owner.cancel(workload_id)
+        wait_until(lambda: not (ids & {w for w, _ in running_processes(self.run_id)}), 45, interval=1)
+        still = ids & {w for w, _ in running_processes(self.run_id)}
+        return f"{len(ids) - len(still)}/{len(ids)}"
+
+
+def _run_by_ledger(snap: Any) -> set[tuple[int, int]]:
+    if snap is None:
+        return set()
+    return {(row.id, row.attempt) for row in snap.workloads.values() if row.state in ACTIVE}
+
+
+def plan_for(fault: Fault, settings: Settings) -> list[Design]:
+    if fault.action == "starve":
+        return designs(settings.starve_jobs, settings.starve_notebooks)
+    if fault.private == "docker":
+        return designs(settings.jobs, 0, cpu_only_every=1)  # no Jupyter image, no GPUs on that node
+    return designs(settings.jobs, settings.notebooks)
+
+
+def run_fault(name: str, settings: Settings) -> dict[str, Any]:
+    """Run fault `name` on a fresh console of `settings.code`; return its figures (see `report.summarize`)."""
+    fault = FAULTS[name]
+    run = Run(fault, settings, plan_for(fault, settings))
+    result: dict[str, Any] | None = None
+    try:
+        run.setup()
+        if fault.action == "starve":
+            run.drive_starve()
+        else:
+            run.drive_kill()
+        run.observe()
+        result = run.measure()
+        return result
+    except Exception as error:
+        tails = {n: p.tail(30) for n, p in (run.top.components.items() if run.top else [])}
+        result = {"fault": name, "error": f"{type(error).__name__}: {error}", "logs": tails}
+        return result
+    finally:
+        run.teardown(result)

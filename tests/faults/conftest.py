@@ -1,0 +1,10 @@
+"""The fault suite's parts live in bench/_faults (bench/faults.py runs the long form); make them importable."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
