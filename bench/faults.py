@@ -68,8 +68,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from _faults.catalog import FAULTS, Settings
 from _faults.report import table
-from _faults.scenarios import FAULTS, Settings, run_fault
+from _faults.scenarios import run_fault
 from _faults.services import PG_BIN, SHARED_DATABASE, SHARED_REDIS, wait_for_shared
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,5 +7,5 @@
 - `truth`: what each workload really does (deterministic output, exit code), and which of its processes run;
 - `ledger`: read-only SQL over the console's database (SQLite or Postgres), whatever the code version;
 - `observe`: a poller that checks the invariants every second and records when they last started to hold;
-- `scenarios`: the faults and the runner; `report`: the figures and the table.
+- `catalog`: the faults and the settings of a run; `scenarios`: the runner; `report`: the figures and the table.
 """

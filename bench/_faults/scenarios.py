@@ -1,4 +1,4 @@
-"""The faults, and the runner that sets a console up, drives work through it, injects one fault and measures.
+"""The runner that sets a console up, drives work through it, injects one fault and measures.
 
 Every run: fresh data (a scratch SQLite directory, or a scratch Postgres
 database `gpucloud_faults_<fault>` and the suite's Redis database), the
@@ -25,25 +25,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import secrets
 import shutil
 import signal
-import sys
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from _faults import report
+from _faults.catalog import DOCKER_IMAGE, FAULTS, Fault, Settings, plan_for
 from _faults.ledger import ACTIVE
 from _faults.observe import Observer, QueueSampler
 from _faults.procs import Busy, wait_until
 from _faults.services import (
-    SHARED_DATABASE,
-    SHARED_REDIS,
     PrivateDocker,
     PrivatePostgres,
     PrivateRedis,
@@ -52,105 +46,13 @@ from _faults.services import (
     fresh_database,
 )
 from _faults.topology import Topology, distributed, embedded
-from _faults.truth import Design, designs, running_processes
-from _faults.world import Api, bootstrap, browser_session, proxy_serves
+from _faults.truth import Design, running_processes
+from _faults.world import Api, Submitter, bootstrap, browser_session, proxy_serves
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCKER_IMAGE = "gpucloud-test/busybox:latest"
 JOB_INTERVAL = 2.0
 BURST = 4
 DURING_OUTAGE = 2
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One fault: which console it hits, what breaks (`target`), and how (`action`)."""
-
-    name: str
-    mode: str  # embedded | distributed
-    action: str  # kill | starve
-    target: str = ""  # a component name, "agent" (the busiest), "redis", "postgres" or "docker"
-    private: str = ""  # "redis", "postgres" or "docker": run that server privately, since the fault restarts it
-    about: str = ""
-
-
-FAULTS: dict[str, Fault] = {
-    fault.name: fault
-    for fault in (
-        Fault("embedded-starve", "embedded", "starve", about="two busy processes beside `gpucloud up`"),
-        Fault("embedded-kill", "embedded", "kill", "console", about="kill -9 `gpucloud up`, start it again"),
-        Fault("web-kill", "distributed", "kill", "web", about="kill -9 `gpucloud serve`"),
-        Fault("worker-kill", "distributed", "kill", "worker", about="kill -9 the controller's worker"),
-        Fault("beat-kill", "distributed", "kill", "beat", about="kill -9 beat"),
-        Fault("agent-kill", "distributed", "kill", "agent", about="kill -9 the agent running most replicas"),
-        Fault("redis-restart", "distributed", "kill", "redis", "redis", about="kill -9 Redis (no persistence)"),
-        Fault("postgres-restart", "distributed", "kill", "postgres", "postgres", about="Postgres immediate stop"),
-        Fault("docker-restart", "distributed", "kill", "docker", "docker", about="kill -9 dockerd (live restore)"),
-    )
-}
-
-
-@dataclass
-class Settings:
-    """How to run the faults; the defaults are the bench's (the tests pass smaller ones)."""
-
-    code: Path
-    work_root: Path = Path("/tmp/faults-runs")  # noqa: S108 -- scratch run directories, one per run
-    starve_minutes: float = 15.0
-    starve_jobs: int = 50
-    starve_notebooks: int = 5
-    jobs: int = 12
-    notebooks: int = 2
-    down: float = 5.0
-    observe_min: float = 60.0
-    observe_max: float = 300.0
-    embedded_gpus: int = 8
-    node_gpus: int = 4
-    distributed_nodes: int = 2
-    database_server: str = SHARED_DATABASE
-    database_prefix: str = "gpucloud_faults_"
-    redis_url: str = SHARED_REDIS
-    worker_queues: str | None = None
-    extra_env: dict[str, str] = field(default_factory=dict)
-    keep: bool = False
-    log: Callable[[str], None] = lambda message: print(message, file=sys.stderr, flush=True)
-
-
-class Submitter:
-    """Submits planned workloads at their times on a thread of its own, as a client would, retrying each."""
-
-    def __init__(self, api: Api, run_id: str, proof_dir: Path, patience: float, image: str | None) -> None:
-        self.api = api
-        self.image = image
-        self.run_id = run_id
-        self.proof_dir = proof_dir
-        self.patience = patience
-        self.accepted: dict[str, int] = {}
-        self.never_accepted: list[str] = []
-        self.failed_tries = 0
-        self._plan: queue.Queue[tuple[float, Design] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="faults-submitter", daemon=True)
-        self._thread.start()
-
-    def plan(self, design: Design, at: float) -> None:
-        self._plan.put((at, design))
-
-    def close(self, timeout: float) -> None:
-        """Stop once everything planned was submitted (or given up on)."""
-        self._plan.put(None)
-        self._thread.join(timeout=timeout)
-
-    def _run(self) -> None:
-        while (item := self._plan.get()) is not None:
-            at, design = item
-            time.sleep(max(0.0, at - time.monotonic()))
-            payload = design.payload(run_id=self.run_id, proof_dir=self.proof_dir, image=self.image)
-            workload_id, failures = self.api.submit(payload, deadline=time.monotonic() + self.patience)
-            self.failed_tries += failures
-            if workload_id is None:
-                self.never_accepted.append(design.name)
-            else:
-                self.accepted[design.name] = workload_id
 
 
 class Run:
@@ -490,14 +392,6 @@ def _run_by_ledger(snap: Any) -> set[tuple[int, int]]:
     if snap is None:
         return set()
     return {(row.id, row.attempt) for row in snap.workloads.values() if row.state in ACTIVE}
-
-
-def plan_for(fault: Fault, settings: Settings) -> list[Design]:
-    if fault.action == "starve":
-        return designs(settings.starve_jobs, settings.starve_notebooks)
-    if fault.private == "docker":
-        return designs(settings.jobs, 0, cpu_only_every=1)  # no Jupyter image, no GPUs on that node
-    return designs(settings.jobs, settings.notebooks)
 
 
 def run_fault(name: str, settings: Settings) -> dict[str, Any]:

@@ -7,14 +7,18 @@ project `work`, pool `faults` (3 s stop grace) and a quota of every GPU.
 Everything after that goes through the REST API: nodes are registered and
 provisioned by the operator's token (the agents probe them: simulated GPUs,
 process runtime), workloads are submitted, read, their logs fetched and
-notebooks cancelled with the tenant admin's token, and notebooks are opened
-through the console's proxy with a browser session of the same user.
+notebooks cancelled with the tenant admin's token (`Submitter` submits on a
+thread of its own at planned times, as a client keeps doing while the
+console fails), and notebooks are opened through the console's proxy with a
+browser session of the same user.
 """
 
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,7 @@ from typing import Any
 import httpx
 
 from _faults.procs import PYTHON
+from _faults.truth import Design
 
 TENANT = "faults"
 PROJECT = "work"
@@ -186,3 +191,40 @@ def proxy_serves(session: httpx.Client, workload_id: int) -> bool:
         return session.get(f"/notebooks/{workload_id}/api/status").status_code == 200
     except httpx.HTTPError:
         return False
+
+
+class Submitter:
+    """Submits planned workloads at their times on a thread of its own, as a client would, retrying each."""
+
+    def __init__(self, api: Api, run_id: str, proof_dir: Path, patience: float, image: str | None) -> None:
+        self.api = api
+        self.image = image
+        self.run_id = run_id
+        self.proof_dir = proof_dir
+        self.patience = patience
+        self.accepted: dict[str, int] = {}
+        self.never_accepted: list[str] = []
+        self.failed_tries = 0
+        self._plan: queue.Queue[tuple[float, Design] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="faults-submitter", daemon=True)
+        self._thread.start()
+
+    def plan(self, design: Design, at: float) -> None:
+        self._plan.put((at, design))
+
+    def close(self, timeout: float) -> None:
+        """Stop once everything planned was submitted (or given up on)."""
+        self._plan.put(None)
+        self._thread.join(timeout=timeout)
+
+    def _run(self) -> None:
+        while (item := self._plan.get()) is not None:
+            at, design = item
+            time.sleep(max(0.0, at - time.monotonic()))
+            payload = design.payload(run_id=self.run_id, proof_dir=self.proof_dir, image=self.image)
+            workload_id, failures = self.api.submit(payload, deadline=time.monotonic() + self.patience)
+            self.failed_tries += failures
+            if workload_id is None:
+                self.never_accepted.append(design.name)
+            else:
+                self.accepted[design.name] = workload_id

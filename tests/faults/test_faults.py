@@ -23,8 +23,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from _faults.catalog import Settings
 from _faults.report import TARGET_CONVERGE_S
-from _faults.scenarios import Settings, run_fault
+from _faults.scenarios import run_fault
 
 ROOT = Path(__file__).resolve().parents[2]
 # The code tree the consoles run: this checkout, or another one (an older commit's worktree) to see it fail there.
