@@ -154,7 +154,11 @@ worker_ready.connect(forget_waiting, weak=False)
 
 
 def queue_depths(queues: tuple[str, ...] = (CONTROL_QUEUE, INGEST_QUEUE)) -> dict[str, int]:
-    """Return how many messages wait in each of `queues` on the broker (-1 where it cannot be read)."""
+    """Return how many task messages wait in each of `queues` (-1 where the broker cannot be read).
+
+    Waiting means in the broker, or taken by a worker of this process and
+    not started yet (an embedded worker takes every waiting message at once).
+    """
     depths: dict[str, int] = {}
     try:
         with app.connection_for_read() as connection:
@@ -162,9 +166,23 @@ def queue_depths(queues: tuple[str, ...] = (CONTROL_QUEUE, INGEST_QUEUE)) -> dic
             for name in queues:
                 try:
                     depths[name] = int(channel.queue_declare(queue=name, passive=True).message_count)
-                except Exception:
+                except Exception:  # noqa: BLE001 -- a queue nobody declared yet holds nothing
                     depths[name] = 0
-    except Exception:
+    except Exception:  # noqa: BLE001 -- the broker is down: say so rather than fail the caller
         log.warning("could not read the broker's queue depths", exc_info=True)
         return dict.fromkeys(queues, -1)
+    for name, taken in _taken_not_started().items():
+        if name in depths:
+            depths[name] += taken
     return depths
+
+
+def _taken_not_started() -> dict[str, int]:
+    """Return {queue: messages this process's workers hold and have not started}."""
+    from celery.worker import state
+
+    counts: dict[str, int] = {}
+    for request in list(state.reserved_requests - state.active_requests):
+        queue = str((request.delivery_info or {}).get("routing_key") or "")
+        counts[queue] = counts.get(queue, 0) + 1
+    return counts

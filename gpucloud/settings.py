@@ -185,7 +185,11 @@ CELERY_TASK_DEFAULT_QUEUE = "control"
 # Bulk data (log batches) has a queue and worker threads of its own, so it never starves control work.
 CELERY_TASK_ROUTES = {"jobs.ingest_logs": {"queue": "ingest"}, "jobs.ingest_log_batches": {"queue": "ingest"}}
 CELERY_TASK_ACKS_LATE = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Distributed, each worker takes one message per thread at a time, so several workers share a queue
+# fairly. Embedded, each queue has one worker, and the in-process transport's worker loop acknowledges
+# messages only between two waits of up to 2 s: with a bounded prefetch a worker ran at most `threads`
+# tasks per 2 s, and control work fell minutes behind. Unbounded (0), it takes what waits at once.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1 if REDIS_URL else 0
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
 
 # --- Scheduler -----------------------------------------------------------------
