@@ -27,7 +27,8 @@ PRIVATE_REDIS_PORT = 6390
 PRIVATE_POSTGRES_PORT = 5440
 PRIVATE_POSTGRES_DIR = Path("/tmp/faults-pg")  # noqa: S108 -- a scratch cluster owned by the postgres user
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-PRIVATE_DOCKER_DIR = Path("/tmp/faults-docker")  # noqa: S108 -- the private engine's socket, data and exec roots
+# The private engine's socket, data and exec roots: one per harness process, short enough for a socket path.
+PRIVATE_DOCKER_DIR = Path(f"/tmp/faults-docker-{os.getpid()}")  # noqa: S108
 
 
 def with_database(url: str, name: str) -> str:
@@ -242,3 +243,10 @@ class PrivateDocker:
                 with contextlib.suppress(OSError):
                     if marker in (entry / "cmdline").read_bytes():
                         os.kill(int(entry.name), signal.SIGTERM)
+        time.sleep(1)
+        # dockerd bind-mounts its data root (and network namespaces) under the root: unmount before removing.
+        prefix = f"{self.root}/"
+        mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+        for mount in sorted((m for m in mounts if m.startswith(prefix)), reverse=True):
+            subprocess.run(["umount", "-l", mount], capture_output=True, check=False, timeout=30)
+        shutil.rmtree(self.root, ignore_errors=True)
