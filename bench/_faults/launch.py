@@ -4,9 +4,12 @@
 
 - Prints where `gpucloud` was imported from, so a run proves which code it measured.
 - `--queue-samples FILE`: a thread appends, every 0.5 s, one JSON line
-  `{"t": <unix time>, "queues": {name: size}}` with the sizes of the
-  in-process transport's queues (`kombu.transport.memory.Channel.queues`):
-  what an embedded console has queued and not yet handed to a worker.
+  `{"t": <unix time>, "queues": {name: size}, "held": {name: count}}`:
+  the sizes of the in-process transport's queues
+  (`kombu.transport.memory.Channel.queues`), and the messages of each queue
+  the process's workers have taken and not started (Celery's reserved
+  requests less its active ones), since a worker that takes every waiting
+  message at once empties the transport's queue without running them.
 - `--simulated-gpus N`: the embedded agent of `gpucloud up` probes N
   simulated GPUs instead of NVML (this machine has none), as
   `gpucloud agent --probe simulated --simulated-gpus N` does for a
@@ -30,13 +33,30 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)
 
 
+def _held_not_started() -> dict[str, int]:
+    from celery.worker import state
+
+    for _ in range(5):  # the sets change under worker threads; a later try reads them whole
+        try:
+            waiting = list(state.reserved_requests - state.active_requests)
+        except RuntimeError:
+            continue
+        counts: dict[str, int] = {}
+        for request in waiting:
+            queue = str((request.delivery_info or {}).get("routing_key") or "")
+            counts[queue] = counts.get(queue, 0) + 1
+        return counts
+    return {}
+
+
 def _sample_queues(path: Path, interval: float = 0.5) -> None:
     from kombu.transport.memory import Channel
 
     with path.open("a") as out:
         while True:
             sizes = {str(name): queue.qsize() for name, queue in list(Channel.queues.items())}
-            out.write(json.dumps({"t": round(time.time(), 3), "queues": sizes}) + "\n")
+            sample = {"t": round(time.time(), 3), "queues": sizes, "held": _held_not_started()}
+            out.write(json.dumps(sample) + "\n")
             out.flush()
             time.sleep(interval)
 

@@ -236,7 +236,13 @@ class Observer:
 
 
 class QueueSampler:
-    """Samples queue lengths every 0.5 s: Redis lists (distributed) or the embedded launcher's file."""
+    """Samples queue lengths every 0.5 s: Redis lists (distributed) or the embedded launcher's file.
+
+    Distributed, a queue's length is its Redis list (`LLEN`); `unacked:<queue>`
+    beside it counts the messages workers took and have not acknowledged.
+    Embedded, it is the transport's queue plus what the console's workers
+    took and have not started.
+    """
 
     def __init__(self, *, redis_url: str | None = None, samples_file: Path | None = None) -> None:
         self.redis_url = redis_url
@@ -280,6 +286,11 @@ class QueueSampler:
 def _redis_lists(client: object) -> dict[str, int]:
     # Redis deletes an emptied list, so the control queue is asked for by name.
     sizes: dict[str, int] = {"control": int(client.llen("control"))}  # type: ignore[attr-defined]
+    # Delivered and not acknowledged (taken by a worker, waiting or running; acks are late): a figure beside.
+    for raw in client.hvals("unacked"):  # type: ignore[attr-defined]
+        with contextlib.suppress(ValueError, IndexError, TypeError):
+            name = f"unacked:{json.loads(raw)[2]}"
+            sizes[name] = sizes.get(name, 0) + 1
     for key in client.scan_iter(count=1000):  # type: ignore[attr-defined]
         name = key.decode(errors="replace")
         if name.startswith(("asgi", "_kombu", "celery-task-meta")):
@@ -298,5 +309,9 @@ def _read_samples(path: Path) -> list[tuple[float, dict[str, int]]]:
     for line in text.splitlines():
         with contextlib.suppress(ValueError, KeyError):
             data = json.loads(line)
-            samples.append((float(data["t"]), {str(k): int(v) for k, v in data["queues"].items()}))
+            sizes = {str(k): int(v) for k, v in data["queues"].items()}
+            # Taken by a worker and not started is still waiting (older launchers wrote no "held").
+            for name, held in (data.get("held") or {}).items():
+                sizes[str(name)] = sizes.get(str(name), 0) + int(held)
+            samples.append((float(data["t"]), sizes))
     return samples

@@ -23,7 +23,9 @@ Per fault:
 - `restart_to_running_s`: seconds from the restart until every workload
   submitted and not ended when the component went down (pending,
   scheduled, starting or running) ran again, or truly ended;
-- `max_queued_control_tasks`: the longest `control` queue sampled.
+- `max_queued_control_tasks`: the longest `control` queue sampled (Redis
+  `LLEN control`; embedded: the transport's queue plus the messages the
+  console's workers took and have not started).
 """
 
 from __future__ import annotations
