@@ -20,7 +20,7 @@ Faults (`--list` prints them):
     agent-kill        kill -9 the agent running the most replicas
     redis-restart     kill -9 Redis (a private redis-server on 6390, no persistence)
     postgres-restart  immediate stop of Postgres (a private cluster on 5440 in /tmp/faults-pg)
-    docker-restart    kill -9 of a private Docker Engine (/tmp/faults-docker, live restore) running the jobs
+    docker-restart    kill -9 of a private Docker Engine (/tmp/faults-docker-PID, live restore) running the jobs
                       in containers of the test image, CPU only; skipped where there is no dockerd
 
 Kill faults hit the component while notebooks serve, jobs stream their
@@ -28,10 +28,12 @@ logs, a burst of submissions is being placed and launched, and the client
 keeps submitting; it stays down --down seconds (5). Figures per fault
 (`bench/_faults/report.py` defines them): workloads lost, falsely failed,
 orphans left after reconcile, double allocations, log lines lost, seconds
-to converge after the fault ends, seconds from the restart to every placed
-workload running again, and the most queued control tasks (Redis `LLEN
-control` every 0.5 s; embedded: the in-process transport's queue, sampled
-by `bench/_faults/launch.py`). Targets: 0, 0, 0, 0, 0 and at most 30 s.
+to converge after the fault ends, seconds from the restart until every
+workload not ended at the fault runs again (or truly ended), and the most
+queued control tasks (Redis `LLEN control` every 0.5 s; embedded: the
+in-process transport's queue plus what its workers took and have not
+started, sampled by `bench/_faults/launch.py`). Targets: 0, 0, 0, 0, 0 and
+at most 30 s.
 
 Services: distributed faults use scratch databases `gpucloud_faults_*` on
 the Postgres of --database (default the shared one on 127.0.0.1:5432, role
@@ -53,8 +55,11 @@ Before and after a change, on this machine (2 cores):
     .venv/bin/python bench/faults.py --fault embedded-starve --starve-minutes 15 --out /work/faults-after/starve.json
 
 Every component prints the code tree it imported (`faults: gpucloud from
-...`) at the top of its log; `--keep` keeps the run directories under
-/tmp/faults-runs (logs, data, proof files) and the scratch databases.
+...`) at the top of its log; a tree without browser assets gets them built
+first (node_modules linked from this checkout). `--keep` keeps the run
+directories under /tmp/faults-runs (logs, data, proof files) and the
+scratch databases. Distributed runs flush Redis database 3 and reuse the
+database names: never run two at once (nor beside tests/faults/).
 """
 
 from __future__ import annotations
