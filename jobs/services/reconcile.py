@@ -15,12 +15,15 @@ manages. Each agent answers with `jobs.node_replicas`, and
   the request, which of those its runtime no longer has (`gone`). Those are
   recorded as exited without a code, which fails or settles their workload
   like any exit. How late either message travelled does not matter;
-- a replica the ledger is still launching that the node neither has nor is
-  starting (its start message was lost, e.g. with a restarted broker) is
-  sent again: starts are idempotent, and an agent adopts what exists;
-- a replica that runs on both sides is (re)watched by the agent from the
-  last stored log cursor, so a restarted agent or console loses no output
-  and still reports the exit (and its start, should that report be lost).
+- a replica the ledger is still launching that the node is not starting
+  right now is started again, whether the runtime has nothing of it (its
+  start message was lost, e.g. with a restarted broker) or has it (a start
+  cut short: a container created but never started when the engine died,
+  or a start report lost): starts are idempotent, and an agent adopts what
+  exists, starts a created container and reports it;
+- a replica whose start the ledger heard of and that runs on both sides is
+  (re)watched by the agent from the last stored log cursor, so a restarted
+  agent or console loses no output and still reports the exit.
 
 In the ledger alone, a workload placed (`scheduled`) whose launch never
 happened (the launch message was lost with a restarted broker or console)
@@ -114,8 +117,7 @@ def reconcile_node(
         replica = ledger.get(str(item.get("name")))
         if replica is None or not _wanted(replica):
             counts["orphans"] += _stop_orphan(row, item, replica)
-        elif replica.state in LIVE_REPLICA_STATES and replica.name not in (starting or []):
-            # One the agent is starting right now is left to its start, which reports it.
+        elif replica.state == ReplicaState.RUNNING:
             _watch(row, replica, item)
             counts["watched"] += 1
     present = {str(item.get("name")) for item in managed} | set(starting or [])
@@ -130,10 +132,14 @@ def reconcile_node(
                 exit_code=None,
                 message=f"Its container vanished from node {node}.",
             )
+    # A replica still launching that the agent is not starting right now is started again, whether the
+    # runtime has nothing of it (its start message was lost) or has it (a start cut short, e.g. a
+    # container created but never started when the engine died): the start adopts what exists, starts a
+    # created container, and reports it. Watching it instead would leave a never-started one running.
     unsent = [
         replica.workload_id
         for name, replica in ledger.items()
-        if name not in present and replica.state == ReplicaState.LAUNCHING and _wanted(replica)
+        if name not in set(starting or []) and replica.state == ReplicaState.LAUNCHING and _wanted(replica)
     ]
     counts["restarted"] = launch_workloads(workload_ids=unsent) if unsent else 0
     return counts
@@ -188,8 +194,7 @@ def _watch(node: Node, replica: Replica, item: dict[str, Any]) -> None:
             "attempt": replica.attempt,
             "replica": replica.index,
             "log_cursor": replica.log_cursor,
-            # The ledger has not heard of its start: the agent reports it again even if it watches it already.
-            "report_start": replica.state == ReplicaState.LAUNCHING,
+            "report_start": False,  # the ledger heard of its start; only a new watcher reports it again
             **_readiness(replica),
         },
     )

@@ -206,6 +206,11 @@ def test_a_launching_replica_the_node_does_not_have_is_started_again(world: Worl
     # The node neither has it nor is starting it (its start message was lost): it is sent again, never failed.
     counts = reconcile.reconcile_node(node="n1", managed=[], starting=[], gone=[row.name])
     assert counts["restarted"] == 1 and counts["vanished"] == 0
+    # The runtime has it but never started it (the engine died between create and start): started again,
+    # not merely watched, which would leave it "running" without ever running.
+    created = [{"name": row.name, "workload_id": str(job.pk), "attempt": 1, "replica": 0, "state": "created"}]
+    counts = reconcile.reconcile_node(node="n1", managed=created, starting=[], gone=[])
+    assert (counts["restarted"], counts["watched"]) == (1, 0)
     job.refresh_from_db()
     assert job.state == WorkloadState.STARTING
 
