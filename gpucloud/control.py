@@ -150,7 +150,36 @@ def forget_waiting(**_: Any) -> int:
     return len(names)
 
 
+def restore_unacknowledged(**_: Any) -> int:
+    """Put back on their queues the messages workers took and never acknowledged; return how many.
+
+    Connected to `worker_ready` of workers that serve `control` or `ingest`:
+    a worker killed with messages in hand (reports, log batches) leaves them
+    unacknowledged in Redis, where the broker would give them back only after
+    its visibility timeout; the restarted controller takes them at once.
+    A message another live worker is still running is delivered twice, which
+    every task here allows (they are idempotent; a log batch stored already
+    is recognised by its chain). Only Redis keeps such messages; embedded,
+    they died with the process.
+    """
+    sender = _.get("sender")
+    queues = {q.name for q in getattr(getattr(sender, "task_consumer", None), "queues", []) or []}
+    if not app.conf.broker_url.startswith("redis") or not queues & {CONTROL_QUEUE, INGEST_QUEUE}:
+        return 0
+    restored = 0
+    with app.connection_for_write() as connection:
+        channel: Any = connection.default_channel
+        with channel.conn_or_acquire() as client:
+            for tag in client.zrange(channel.unacked_index_key, 0, -1):
+                channel.qos.restore_by_tag(tag, client)
+                restored += 1
+    if restored:
+        log.warning("restored %d messages a stopped worker had taken and not acknowledged", restored)
+    return restored
+
+
 worker_ready.connect(forget_waiting, weak=False)
+worker_ready.connect(restore_unacknowledged, weak=False)
 
 
 def queue_depths(queues: tuple[str, ...] = (CONTROL_QUEUE, INGEST_QUEUE)) -> dict[str, int]:

@@ -7,6 +7,7 @@ do on a starved machine.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -81,6 +82,11 @@ def test_ingest_tasks_travel_on_their_own_queue() -> None:
     assert control.queue_for("jobs.replica_exited") == control.CONTROL_QUEUE
 
 
+@pytest.mark.skipif(
+    bool(os.environ.get("REDIS_URL")),
+    reason="timed against the in-process broker; on the suite's Redis runs the worker threads' cache prefix "
+    "differs from the test's (tests/conftest.py), so markers are not shared (bench/faults.py covers Redis)",
+)
 @pytest.mark.django_db(transaction=True)
 def test_a_flood_of_requests_keeps_at_most_one_waiting_and_loses_none(clean: None) -> None:
     """200 requests over about 2 s to a task that takes 0.3 s: the queue never holds more than one message,
@@ -93,6 +99,7 @@ def test_a_flood_of_requests_keeps_at_most_one_waiting_and_loses_none(clean: Non
             depths.append(control.queue_depths(("control",))["control"])
             time.sleep(0.01)
         assert max(depths) <= 1, depths
+        control.request(NAME)
         assert wait_until(lambda: _BUSY.is_set(), timeout=5)
         asked = time.monotonic()
         control.request(NAME)  # made during a run: must not be swallowed by it
@@ -102,6 +109,11 @@ def test_a_flood_of_requests_keeps_at_most_one_waiting_and_loses_none(clean: Non
     assert 2 <= len(RUNS) <= most, f"{len(RUNS)} runs for 201 requests (at most {most:.0f})"
 
 
+@pytest.mark.skipif(
+    bool(os.environ.get("REDIS_URL")),
+    reason="timed against the in-process broker; on the suite's Redis runs the worker threads' cache prefix "
+    "differs from the test's (tests/conftest.py), so markers are not shared (bench/faults.py covers Redis)",
+)
 @pytest.mark.django_db(transaction=True)
 def test_a_report_that_meets_the_database_down_is_retried_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     """Postgres restarting while an exit report is applied: the report is applied once it is back."""
@@ -134,3 +146,21 @@ def test_a_starting_worker_forgets_messages_a_killed_one_held(clean: None) -> No
         assert not control.queued(NAME)
         assert control.request(NAME)
         assert wait_until(lambda: len(RUNS) >= 1, timeout=10)
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_messages_a_killed_worker_held_are_restored_when_a_worker_starts(clean: None) -> None:
+    """kill -9 of a worker holding a message leaves it unacknowledged in Redis (for an hour, by default);
+    the next controller worker to start puts it back on its queue and runs it."""
+    from tests.workers import purge
+
+    purge(["control"])
+    slow_control_pass.apply_async()
+    connection = control.app.connection_for_write()
+    channel: Any = connection.default_channel
+    taken = channel.basic_get("control", no_ack=False)  # a worker took it...
+    assert taken is not None
+    connection._connection = None  # ...and died: nothing is acknowledged or given back
+    with running_worker(["control"], concurrency=1):
+        assert wait_until(lambda: len(RUNS) >= 1, timeout=10), "the held message was never restored"
