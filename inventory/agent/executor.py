@@ -65,16 +65,24 @@ READY_TIMEOUT = 600.0
 _REMEMBERED_STOPS = 10_000
 
 
+# A report (an exit, a start, the node's inventory) is what the controller cannot learn otherwise before
+# the next reconcile: while the broker restarts, its send is retried for about a minute, not given up
+# after Celery's default of well under a second. The agent's threads can afford to wait; web requests
+# keep the short default.
+REPORT_PUBLISH_RETRY = {"max_retries": 60, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0}
+
+
 def report(task: str, **kwargs: Any) -> None:
     """Send one report to the controller; the broker keeps it while the controller is down.
 
     Log batches travel on the ingest queue, every other report on `control`
     (`gpucloud.control.queue_for`), so output never delays an exit report's turn.
+    Raises what the broker raises once REPORT_PUBLISH_RETRY is spent.
     """
     from gpucloud.celery import app
     from gpucloud.control import queue_for
 
-    app.send_task(task, kwargs=kwargs, queue=queue_for(task))
+    app.send_task(task, kwargs=kwargs, queue=queue_for(task), retry=True, retry_policy=REPORT_PUBLISH_RETRY)
 
 
 class LogOutbox:
