@@ -13,10 +13,12 @@ submission, a completion) and however far the workers fall behind:
 - a worker clears the marker just before it runs the task, so a request
   that arrives during a run queues exactly one follow-up and none is lost.
 
-Every worker clears all markers when it starts: a message waiting when a
-worker was killed may be held unacknowledged by the broker for a long time,
-and the restarted controller must not wait for it (an extra message costs
-one extra run). As a last resort a marker expires after MARKER_SECONDS.
+Every worker clears all markers whenever its consumer (re)connects to the
+broker (`RecoverOnConnect`): a message waiting when a worker was killed may
+be held unacknowledged by the broker for a long time, and one sent while a
+restarted Redis had forgotten its queue bindings went nowhere; the
+controller must not wait for either (an extra message costs one extra run).
+As a last resort a marker expires after MARKER_SECONDS.
 When the cache cannot be reached the message is sent anyway: a duplicate
 run is harmless (every control task is idempotent), a lost one is not.
 
@@ -31,8 +33,7 @@ import logging
 import time
 from typing import Any
 
-from celery import Task
-from celery.signals import worker_ready
+from celery import Task, bootsteps
 from django.core.cache import cache
 from django.db import InterfaceError, OperationalError
 
@@ -44,7 +45,7 @@ CONTROL_QUEUE = "control"
 INGEST_QUEUE = "ingest"
 # Tasks that carry bulk data (a node's log batches) and the queue they travel on.
 INGEST_TASKS = frozenset({"jobs.ingest_logs", "jobs.ingest_log_batches"})
-MARKER_SECONDS = 300
+MARKER_SECONDS = 60
 _MARKER = "control:queued:{name}"
 
 
@@ -141,8 +142,8 @@ class CoalescingTask(Task):
 def forget_waiting(**_: Any) -> int:
     """Clear the marker of every coalescing task (a worker starting); return how many tasks there are.
 
-    Connected to Celery's `worker_ready`: the next request of each task is
-    sent, whatever a killed worker left behind.
+    Run when a worker's consumer (re)connects (`RecoverOnConnect`): the next
+    request of each task is sent, whatever was lost before.
     """
     names = [name for name, task in app.tasks.items() if isinstance(task, CoalescingTask)]
     for name in names:
@@ -153,7 +154,7 @@ def forget_waiting(**_: Any) -> int:
 def restore_unacknowledged(**_: Any) -> int:
     """Put back on their queues the messages workers took and never acknowledged; return how many.
 
-    Connected to `worker_ready` of workers that serve `control` or `ingest`:
+    Run when the consumer of a worker serving `control` or `ingest` (re)connects:
     a worker killed with messages in hand (reports, log batches) leaves them
     unacknowledged in Redis, where the broker would give them back only after
     its visibility timeout; the restarted controller takes them at once.
@@ -178,8 +179,24 @@ def restore_unacknowledged(**_: Any) -> int:
     return restored
 
 
-worker_ready.connect(forget_waiting, weak=False)
-worker_ready.connect(restore_unacknowledged, weak=False)
+class RecoverOnConnect(bootsteps.StartStopStep):
+    """Each time a worker's consumer (re)connects to the broker: clear the markers, restore held messages.
+
+    A consumer starts when its worker starts and again after every broker
+    reconnection. Both are moments when a waiting message may have been lost:
+    a killed worker's is held unacknowledged, and a Redis restarted without
+    persistence forgot its queues' bindings, so a message sent before the
+    worker declared them again went nowhere while its marker stayed set.
+    """
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def start(self, parent: Any) -> None:
+        forget_waiting()
+        restore_unacknowledged(sender=parent)
+
+
+app.steps["consumer"].add(RecoverOnConnect)
 
 
 def queue_depths(queues: tuple[str, ...] = (CONTROL_QUEUE, INGEST_QUEUE)) -> dict[str, int]:

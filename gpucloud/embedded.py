@@ -47,7 +47,7 @@ def start_worker(
 
 
 def _ready(consumer: object, ready: threading.Event) -> None:
-    # A full `celery worker` announces itself with `worker_ready` (gpucloud.control listens); so does this one.
+    # A full `celery worker` announces itself with `worker_ready`; so does this one.
     worker_ready.send(sender=consumer)
     ready.set()
 
