@@ -120,7 +120,15 @@ def queued(name: str) -> bool:
 
 
 class CoalescingTask(Task):
-    """Base of coalescing tasks: at most one waiting message each (see the module docstring)."""
+    """Base of coalescing tasks: at most one waiting message each (see the module docstring).
+
+    Their results are never kept: with a result backend, sending a task that
+    keeps its result also subscribes to it there, and after a Redis restart
+    that subscription blocked the sender (beat) for the backend's 120 s
+    socket timeout, so no pass was asked for meanwhile.
+    """
+
+    ignore_result = True
 
     def apply_async(  # type: ignore[override]  # None when the request merged into a waiting message
         self, args: Any = None, kwargs: Any = None, **options: Any
