@@ -54,6 +54,8 @@ def _settings(tmp_path: Path, **overrides: Any) -> Settings:
 
 
 def _assert_targets(result: dict[str, Any]) -> None:
+    """Assert the issue's targets: nothing lost, falsely failed, orphaned or allocated twice, every line kept,
+    converged within TARGET_CONVERGE_S."""
     assert "error" not in result, f"{result['error']}\n" + "\n".join(
         f"--- {name}\n{tail}" for name, tail in result.get("logs", {}).items()
     )
@@ -107,11 +109,10 @@ def test_controller_worker_killed_mid_run_and_restarted(tmp_path: Path) -> None:
 @pytest.mark.skipif(
     shutil.which("dockerd") is None or os.geteuid() != 0, reason="needs dockerd and root for an engine of its own"
 )
-@pytest.mark.xfail(
-    reason="issue 14, still open: output a container prints while its Docker Engine is down (live restore) "
-    "is not all stored (8-27 lines per run); every other target of this fault is met",
-    strict=False,
-)
 def test_docker_engine_killed_mid_run_and_restarted(tmp_path: Path) -> None:
     # Jobs in containers on a private engine (the shared one is never restarted), CPU only, no notebook.
-    _assert_targets(run_fault("docker-restart", _distributed(tmp_path)))
+    result = run_fault("docker-restart", _distributed(tmp_path))
+    _assert_targets({**result, "log_lines_lost": 0})  # every other target, asserted
+    if result["log_lines_lost"]:
+        # Issue 14, still open: output a container prints while its engine is down is not all stored.
+        pytest.xfail(f"{result['log_lines_lost']} log lines printed while the Docker Engine was down were lost")
