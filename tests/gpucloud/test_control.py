@@ -157,7 +157,7 @@ def test_messages_a_killed_worker_held_are_restored_when_a_worker_starts(clean: 
 
     purge(["control"])
     slow_control_pass.apply_async()
-    connection = control.app.connection_for_write()
+    connection: Any = control.app.connection_for_write()
     channel: Any = connection.default_channel
     taken = channel.basic_get("control", no_ack=False)  # a worker took it...
     assert taken is not None
