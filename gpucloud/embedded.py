@@ -12,7 +12,6 @@ from pathlib import Path
 
 from celery import Celery
 from celery.beat import EmbeddedService
-from celery.signals import worker_ready
 from celery.worker import WorkController
 
 # Worker threads of each embedded worker: control work is short and mostly waits on the database; one
@@ -37,19 +36,13 @@ def start_worker(
         without_heartbeat=True,
         without_mingle=True,
         without_gossip=True,
-        ready_callback=lambda consumer: _ready(consumer, ready),
+        ready_callback=lambda *_: ready.set(),
         loglevel="WARNING",
     )
     threading.Thread(target=worker.start, name="embedded-worker", daemon=True).start()
     if not ready.wait(timeout=30):
         raise RuntimeError("The embedded Celery worker did not start within 30 seconds.")
     return worker
-
-
-def _ready(consumer: object, ready: threading.Event) -> None:
-    # A full `celery worker` announces itself with `worker_ready`; so does this one.
-    worker_ready.send(sender=consumer)
-    ready.set()
 
 
 def start_workers(app: Celery, *, agent_queue: str) -> list[WorkController]:

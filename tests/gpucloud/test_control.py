@@ -84,8 +84,8 @@ def test_ingest_tasks_travel_on_their_own_queue() -> None:
 
 @pytest.mark.skipif(
     bool(os.environ.get("REDIS_URL")),
-    reason="timed against the in-process broker; on the suite's Redis runs the worker threads' cache prefix "
-    "differs from the test's (tests/conftest.py), so markers are not shared (bench/faults.py covers Redis)",
+    reason="fails reproducibly on the Redis broker: after about two runs the worker stops taking the message "
+    "waiting on `control` (cause not found yet; issue 14 stays open for it)",
 )
 @pytest.mark.django_db(transaction=True)
 def test_a_flood_of_requests_keeps_at_most_one_waiting_and_loses_none(clean: None) -> None:
@@ -111,8 +111,8 @@ def test_a_flood_of_requests_keeps_at_most_one_waiting_and_loses_none(clean: Non
 
 @pytest.mark.skipif(
     bool(os.environ.get("REDIS_URL")),
-    reason="timed against the in-process broker; on the suite's Redis runs the worker threads' cache prefix "
-    "differs from the test's (tests/conftest.py), so markers are not shared (bench/faults.py covers Redis)",
+    reason="fails reproducibly on the Redis broker: after about two runs the worker stops taking the message "
+    "waiting on `control` (cause not found yet; issue 14 stays open for it)",
 )
 @pytest.mark.django_db(transaction=True)
 def test_a_report_that_meets_the_database_down_is_retried_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
