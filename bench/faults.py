@@ -92,6 +92,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--starve-notebooks", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=12, help="batch jobs of each kill or restart fault")
     parser.add_argument("--notebooks", type=int, default=2, help="notebooks of each kill or restart fault")
+    parser.add_argument("--nodes", type=int, default=2, help="agents of a distributed fault (4 GPUs each)")
     parser.add_argument("--down", type=float, default=5.0, help="seconds a killed component stays down")
     parser.add_argument("--observe-min", type=float, default=60.0, help="seconds observed after the fault at least")
     parser.add_argument("--observe-max", type=float, default=300.0, help="... and at most")
@@ -141,6 +142,7 @@ def main() -> None:
         jobs=args.jobs,
         notebooks=args.notebooks,
         down=args.down,
+        distributed_nodes=args.nodes,
         observe_min=args.observe_min,
         observe_max=args.observe_max,
         database_server=args.database,

@@ -175,7 +175,10 @@ class Replica(TenantOwnedModel):
     agent can find the container again); `endpoint` is where the replica
     serves `Workload.service_port` (an http:// base URL the proxy reaches);
     `log_cursor` is the runtime's cursor after the last stored log line, from
-    which a restarted log follower resumes.
+    which a restarted log follower resumes; `log_end` is the cursor after the
+    last line the agent shipped, as its exit report says ("" until then): a
+    replica over with `log_cursor` short of it lost a batch on the way, and
+    its output is read again from `log_cursor` (`jobs.services.reconcile`).
     """
 
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="replica_runs")
@@ -189,6 +192,7 @@ class Replica(TenantOwnedModel):
     message = models.TextField(blank=True)
     endpoint = models.CharField(max_length=255, blank=True)
     log_cursor = models.CharField(max_length=100, blank=True)
+    log_end = models.CharField(max_length=100, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     ready_at = models.DateTimeField(null=True, blank=True)

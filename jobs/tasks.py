@@ -44,9 +44,17 @@ def replica_ready(workload_id: int, attempt: int, replica: int) -> bool:
 
 @shared_task(name="jobs.replica_exited", ignore_result=True, **REPORT_RETRY)
 def replica_exited(
-    workload_id: int, attempt: int, replica: int, exit_code: int | None, message: str = "", launch_failed: bool = False
+    workload_id: int,
+    attempt: int,
+    replica: int,
+    exit_code: int | None,
+    message: str = "",
+    launch_failed: bool = False,
+    log_cursor: str | None = None,
 ) -> bool:
-    """A replica ended, was stopped, or could not be launched."""
+    """A replica ended, was stopped, or could not be launched (`log_cursor`: where its shipped output ends)."""
+    if log_cursor is not None:
+        logs.record_log_end(workload_id=workload_id, attempt=attempt, replica=replica, log_end=log_cursor)
     return replicas.record_replica_exited(
         workload_id=workload_id,
         attempt=attempt,
@@ -94,6 +102,9 @@ def ingest_logs(
 def ingest_log_batches(batches: list[dict[str, Any]]) -> int:
     """Store a node's log batches in order; those still out of order are retried later, a few times."""
     waiting = logs.ingest_log_batches(batches, wait_seconds=INGEST_WAIT_SECONDS)
+    # Waiting a second time, a batch's predecessor is more likely lost than late (a broker can lose a
+    # message a worker was taking when it died): the node reads that replica's output again.
+    reconcile.request_output_resends({logs.replica_key(batch) for batch in waiting if batch.get("retries")})
     retry = [{**batch, "retries": int(batch.get("retries", 0)) + 1} for batch in waiting]
     kept = [batch for batch in retry if batch["retries"] <= INGEST_RETRIES]
     if kept:

@@ -17,7 +17,8 @@ Per fault:
   most allocated GPUs above what a node has;
 - `log_lines_lost`: for every attempt of a job that ran to its end (its
   proof file), the expected lines missing from what the logs endpoint
-  returns for that attempt;
+  returns for that attempt once the observation ends (lines still on their
+  way are waited for until `observe_max` after the fault);
 - `converge_s`: seconds from the fault's end to the poll from which no
   invariant was broken until the end (None: never, or not at the end);
 - `restart_to_running_s`: seconds from the restart until every workload
@@ -64,6 +65,16 @@ def _states(designs: dict[str, Design], accepted: dict[str, int], final: Snapsho
             if design.kind == "notebook" or design.exit_code == 0:
                 false.append(name)
     return {"lost": lost, "falsely_failed": false, "wrong_state": wrong}
+
+
+def log_lines_missing(
+    designs: dict[str, Design],
+    final: Snapshot | None,
+    logs: dict[str, list[dict[str, Any]]] | None,
+    proof_dir: Path,
+) -> int:
+    """Return how many expected lines of finished attempts `logs` lacks (0 when they could not be read)."""
+    return int(_log_figures(designs, final, logs, proof_dir)["log_lines_lost"] or 0)
 
 
 def _log_figures(

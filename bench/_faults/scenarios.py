@@ -16,7 +16,8 @@ and provisioned through the API, then:
   for `starve_minutes`, the jobs submitted evenly across them; the fault
   ends when the spinners stop.
 
-Then it observes until every workload settled and at least `observe_min`
+Then it observes until every workload settled (each job ended, each
+notebook serving, no invariant broken) and at least `observe_min`
 seconds (two reconcile periods by default) passed since the fault's end, or
 `observe_max` passed, and measures (see `report`).
 """
@@ -34,7 +35,7 @@ from typing import Any
 
 from _faults import report
 from _faults.catalog import DOCKER_IMAGE, FAULTS, Fault, Settings, plan_for
-from _faults.ledger import ACTIVE
+from _faults.ledger import ACTIVE, TERMINAL, Snapshot, WorkloadRow
 from _faults.observe import Observer, QueueSampler
 from _faults.procs import Busy, wait_until
 from _faults.services import (
@@ -287,7 +288,11 @@ class Run:
         if snap is None or self.observer.violations:
             return False
         submitted = self.submitter.accepted.keys() | set(self.submitter.never_accepted)
-        return submitted >= self.designs.keys()
+        if not submitted >= self.designs.keys():
+            return False
+        # Settled means every workload where it ends up: a job ended, a notebook serving. Stopping earlier
+        # would count a job still queued for GPUs, or whose exit is on its way, as lost.
+        return all(_at_rest(self.designs[name].kind, snap.workloads.get(name)) for name in self.submitter.accepted)
 
     def measure(self) -> dict[str, Any]:
         assert self.observer is not None and self.sampler is not None and self.top is not None
@@ -297,7 +302,7 @@ class Run:
         self.observer.stop()
         self.sampler.stop()
         console_up = wait_until(self.top.healthy, 60, interval=0.5)
-        logs = self._logs() if console_up else None
+        logs = self._complete_logs(final) if console_up else None
         self.extra["notebooks_through_proxy"] = self._proxy() if console_up else None
         if console_up:
             with contextlib.suppress(Exception):
@@ -319,6 +324,23 @@ class Run:
             extra=self.extra,
             gpus=self.top.gpus,
         )
+
+    def _complete_logs(self, final: Snapshot | None) -> dict[str, list[dict[str, Any]]] | None:
+        """Return the jobs' stored lines once none of a finished attempt is missing, or when observing ends.
+
+        A job's exit report and its last lines travel on separate queues, so
+        the lines may be stored a moment after the ledger says it ended; what
+        is still missing at the end of the observation (`observe_max` after
+        the fault) counts as lost.
+        """
+        assert self.fault_end is not None
+        deadline = max(self.fault_end + self.settings.observe_max, time.monotonic())
+        while True:
+            logs = self._logs()
+            missing = report.log_lines_missing(self.designs, final, logs, self.proof_dir)
+            if logs is None or not missing or time.monotonic() >= deadline:
+                return logs
+            time.sleep(1)
 
     def _logs(self) -> dict[str, list[dict[str, Any]]] | None:
         assert self.owner is not None and self.submitter is not None
@@ -414,3 +436,10 @@ def run_fault(name: str, settings: Settings) -> dict[str, Any]:
         return result
     finally:
         run.teardown(result)
+
+
+def _at_rest(kind: str, row: WorkloadRow | None) -> bool:
+    """Whether a workload reached where it stays: a job ended, a notebook serving (or ended)."""
+    if row is None:
+        return False
+    return row.state in TERMINAL or (kind == "notebook" and row.state == "running")

@@ -173,6 +173,7 @@ class Executor:
         self.outbox = LogOutbox(self._send)
         self._runtimes: dict[tuple[str, str], Runtime] = {}
         self._watchers: dict[str, threading.Thread] = {}
+        self._followers: dict[str, _Watcher] = {}  # the watcher each of those threads runs
         self._stopped: OrderedDict[str, None] = OrderedDict()
         self._starting: set[str] = set()
         self._lock = threading.Lock()
@@ -256,6 +257,7 @@ class Executor:
             ready_path=message.get("ready_path") or "",
             secret=message.get("secret") or "",
             report_start=bool(message.get("report_start", True)),
+            resend=bool(message.get("resend", False)),
         )
 
     def watch_handle(
@@ -267,22 +269,30 @@ class Executor:
         ready_path: str,
         secret: str,
         report_start: bool = True,
+        resend: bool = False,
     ) -> None:
         """Report the replica started and follow it on a thread of its own, unless one already does.
 
-        A new watcher always reports the start; an existing one's replica is
-        reported again when `report_start` says the controller has not heard
-        of it (its first report was lost, e.g. with a restarted broker). The
-        report is idempotent.
+        A new watcher reports the start unless it is a `resend`; an existing
+        one's replica is reported again when `report_start` says the
+        controller has not heard of it (its first report was lost, e.g. with a
+        restarted broker). The report is idempotent. With `resend` (the
+        controller's stored output stops short of what was shipped: a batch
+        was lost on the way), a new watcher reads the output again from
+        `log_cursor`, running or ended, and the current one stops shipping.
         """
         with self._lock:
             current = self._watchers.get(ref.name)
             thread: threading.Thread | None = None
-            if current is None or not current.is_alive():
+            if resend or current is None or not current.is_alive():
+                previous = self._followers.get(ref.name)
+                if previous is not None:
+                    previous.superseded.set()
                 watcher = _Watcher(self, ref, handle, log_cursor, ready_path, secret)
                 thread = threading.Thread(target=watcher.run, name=f"watch-{ref.name}", daemon=True)
                 self._watchers[ref.name] = thread
-        if thread is not None or report_start:
+                self._followers[ref.name] = watcher
+        if (thread is not None and not resend) or report_start:
             self.report("jobs.replica_started", **ref.ids(), handle=handle, endpoint=str(handle.get("endpoint") or ""))
         if thread is not None:
             thread.start()
@@ -396,6 +406,8 @@ class _Watcher:
         self.ready_path = ready_path
         self.secret = secret
         self.lines: queue.Queue[tuple[str, str, str, str] | None] = queue.Queue()
+        # Set when a newer watcher of the same replica took over (`Executor.watch_handle(resend=True)`).
+        self.superseded = threading.Event()
 
     def run(self) -> None:
         runtime = self.executor.runtime(self.ref.runtime, self.ref.node)
@@ -404,6 +416,8 @@ class _Watcher:
         reader = threading.Thread(target=self._read, args=(runtime,), name=f"logs-{self.ref.name}", daemon=True)
         reader.start()
         self._ship()
+        if self.superseded.is_set():
+            return  # the watcher that took over reports the exit
         try:
             status = runtime.poll(self.handle, timeout=CALL_TIMEOUT)
         except DriverError as error:
@@ -412,7 +426,11 @@ class _Watcher:
         if status.state in ("exited", "missing"):
             message = "" if status.state == "exited" else "Its container is gone."
             self.executor.report(
-                "jobs.replica_exited", **self.ref.ids(), exit_code=status.exit_code, message=status.message or message
+                "jobs.replica_exited",
+                **self.ref.ids(),
+                exit_code=status.exit_code,
+                message=status.message or message,
+                log_cursor=self.cursor,  # where its output ends: the controller checks it stored all of it
             )
 
     def _read(self, runtime: Runtime) -> None:
@@ -423,9 +441,13 @@ class _Watcher:
                     for line in runtime.logs(
                         self.handle, since=self.cursor or None, follow=True, timeout=FOLLOW_TIMEOUT
                     ):
+                        if self.superseded.is_set():
+                            return
                         self.lines.put((line.timestamp, line.stream, line.text, line.cursor))
                     return
                 except DriverTimeout:
+                    if self.superseded.is_set():
+                        return
                     continue  # still running: follow on from the last line read
         except PermanentDriverError as error:
             log.info("output of %s is not available: %s", self.ref.name, error)
@@ -438,7 +460,7 @@ class _Watcher:
         """Send the queued lines in batches (full, or BATCH_SECONDS after their first line) until the end mark."""
         batch: list[tuple[str, str, str, str]] = []
         deadline: float | None = None
-        while True:
+        while not self.superseded.is_set():
             wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
                 item = self.lines.get(timeout=wait)
@@ -457,6 +479,8 @@ class _Watcher:
                 batch, deadline = [], None
 
     def _send(self, batch: list[tuple[str, str, str, str]]) -> None:
+        if self.superseded.is_set():
+            return
         since, self.cursor = self.cursor, batch[-1][3]
         self.executor.outbox.put(
             {
@@ -464,6 +488,8 @@ class _Watcher:
                 "since": since,
                 "cursor": self.cursor,
                 "lines": [[stamp, stream, text] for stamp, stream, text, _ in batch],
+                # Each line's own cursor: a batch overlapping the stored chain continues it from there.
+                "marks": [mark for _, _, _, mark in batch],
             }
         )
 

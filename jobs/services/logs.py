@@ -5,7 +5,11 @@ Agents follow each replica's output and ship it in batches
 and the cursor after its last line (`cursor`); the replica's `log_cursor`
 row is the end of the chain stored so far. A batch is stored only when it
 continues that chain, so a redelivered Celery task or an agent that resumed
-from an older cursor cannot store a line twice.
+from an older cursor cannot store a line twice. Each line also carries its
+own cursor (`marks`), so a batch that overlaps the stored chain continues
+it from the line after the stored cursor (`aligned`): output read again
+after a lost batch (`reconcile.request_output_resends`) fits whatever
+batches of it were already on their way.
 
 Stored lines are numbered per workload (1, 2, ... across replicas and
 attempts) and kept as `LogChunk` rows of `[seq, timestamp, stream, text,
@@ -152,15 +156,15 @@ def ingest_log_batches(
     looking at the waiting replicas' cursors with one query every
     `poll_seconds`) while the other replicas go on. Returns the batches
     still waiting then (a replica's from the blocked one on), for the
-    caller to retry later; a replayed batch ends up there too and is
+    caller to retry later. A batch whose lines were all stored already is
+    skipped at once; a replay without `marks` ends up waiting too and is
     dropped by the caller's retry limit. Batches of unknown replicas and
     malformed ones are logged and skipped: they must not cost the other
     replicas their lines.
     """
     queues: dict[_ReplicaKey, deque[dict[str, Any]]] = {}
     for batch in batches:
-        key = (int(batch["workload_id"]), int(batch["attempt"]), int(batch["replica"]))
-        queues.setdefault(key, deque()).append(dict(batch))
+        queues.setdefault(replica_key(batch), deque()).append(dict(batch))
     deadline = time.monotonic() + wait_seconds
     while queues:
         cursors = _cursors(list(queues))
@@ -179,6 +183,19 @@ def ingest_log_batches(
 _ReplicaKey = tuple[int, int, int]
 
 
+def replica_key(batch: Mapping[str, Any]) -> _ReplicaKey:
+    """Return the (workload id, attempt, replica index) a batch belongs to."""
+    return (int(batch["workload_id"]), int(batch["attempt"]), int(batch["replica"]))
+
+
+def record_log_end(*, workload_id: int, attempt: int, replica: int, log_end: str) -> bool:
+    """Record where the replica's shipped output ends (its exit report says); return whether it changed."""
+    if len(log_end) > MAX_CURSOR_CHARS:
+        return False
+    rows = Replica.all_tenants.filter(workload_id=workload_id, attempt=attempt, index=replica).exclude(log_end=log_end)
+    return rows.update(log_end=log_end) == 1
+
+
 def _cursors(keys: list[_ReplicaKey]) -> dict[_ReplicaKey, str]:
     """Return the stored log cursor of each of these (workload, attempt, replica) that exists, in one query."""
     condition = Q()
@@ -195,12 +212,39 @@ def _store_ready(key: _ReplicaKey, pending: deque[dict[str, Any]], cursor: str |
         pending.clear()
         return True
     progressed = False
-    while pending and str(pending[0].get("since")) == cursor:
-        if not _stored_or_skipped(pending[0]):
+    while pending:
+        batch = aligned(pending[0], cursor)
+        if batch is None:
+            return progressed  # it starts further on: its predecessor has not come yet
+        if not _stored_or_skipped(batch):
             return progressed  # someone else moved the chain meanwhile: read the cursors again
-        cursor = str(pending.popleft().get("cursor"))
+        pending.popleft()
+        cursor = str(batch.get("cursor"))
         progressed = True
     return progressed
+
+
+def aligned(batch: Mapping[str, Any], cursor: str) -> dict[str, Any] | None:
+    """Return `batch` cut to continue a chain stored up to `cursor`, or None when it starts further on.
+
+    A batch starting at `cursor` continues the chain whole. The agent also
+    sends each line's own cursor (`marks`), so a batch that overlaps
+    `cursor` continues it from the line after it: output read again from a
+    stored cursor (`request_output_resend`) comes in other batch boundaries
+    than the batches of the same lines already on their way, and both must
+    fit. A batch ending at `cursor` was stored already and comes back with
+    no lines.
+    """
+    since, end, lines = str(batch.get("since")), str(batch.get("cursor")), list(batch.get("lines") or [])
+    marks = [str(mark) for mark in batch.get("marks") or []]
+    if since == cursor:
+        return dict(batch)
+    if end == cursor:
+        return {**batch, "since": cursor, "lines": [], "marks": []}
+    if cursor in marks and len(marks) == len(lines):
+        cut = marks.index(cursor) + 1
+        return {**batch, "since": cursor, "lines": lines[cut:], "marks": marks[cut:]}
+    return None
 
 
 def _stored_or_skipped(batch: dict[str, Any]) -> bool:

@@ -25,6 +25,15 @@ manages. Each agent answers with `jobs.node_replicas`, and
   (re)watched by the agent from the last stored log cursor, so a restarted
   agent or console loses no output and still reports the exit.
 
+A replica whose stored output stops short of what its agent shipped lost a
+log batch on the way (Redis's transport can lose the message a worker was
+taking when it was killed, and a Redis restarted without persistence loses
+every queued one). Its agent reads the output again from the stored cursor
+(`request_output_resends`): when ingest sees a batch wait a second time for
+its predecessor, and when the replica is over and its stored cursor is not
+where its exit report says the output ends. An ended replica's container is
+kept for that until LOG_RESEND_WINDOW after its end.
+
 In the ledger alone, a workload placed (`scheduled`) whose launch never
 happened (the launch message was lost with a restarted broker or console)
 is launched again.
@@ -36,6 +45,8 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.cache import cache
+from django.db.models import F
 from django.utils import timezone
 
 from inventory.choices import NodeState
@@ -60,6 +71,12 @@ log = logging.getLogger(__name__)
 # A placement younger than this may still have its launch message on the way.
 RELAUNCH_AFTER = timedelta(seconds=10)
 _LIVE_NODES = [NodeState.READY, NodeState.CORDONED, NodeState.DRAINING, NodeState.MAINTENANCE]
+# An ended replica's output may be stored a little after its exit (another queue): only then is it short.
+LOG_RESEND_AFTER = timedelta(seconds=5)
+# How long after its end an ended replica's output is still read again (and its container kept for it).
+LOG_RESEND_WINDOW = timedelta(minutes=10)
+# One request to read a replica's output again per this many seconds, however often the gap is seen.
+LOG_RESEND_SECONDS = 15
 
 
 def reconcile_ledger(*, now: datetime | None = None) -> dict[str, int]:
@@ -73,7 +90,50 @@ def reconcile_ledger(*, now: datetime | None = None) -> dict[str, int]:
         Workload.all_tenants.filter(pk=workload.pk).update(stop_requested_at=moment)
     placed = Workload.all_tenants.filter(state=WorkloadState.SCHEDULED, scheduled_at__lt=moment - RELAUNCH_AFTER)
     relaunched = launch_workloads(workload_ids=list(placed.values_list("pk", flat=True)))
-    return {"released": settled, "stops_resent": resent, "relaunched": relaunched}
+    short = _output_short(moment).filter(finished_at__lt=moment - LOG_RESEND_AFTER)
+    reread = request_output_resends(set(short.values_list("workload_id", "attempt", "index")))
+    return {"released": settled, "stops_resent": resent, "relaunched": relaunched, "output_resent": reread}
+
+
+def _output_short(now: datetime) -> Any:
+    """Replicas that ended within LOG_RESEND_WINDOW whose stored output stops short of its shipped end."""
+    return (
+        Replica.all_tenants.filter(state=ReplicaState.EXITED, finished_at__gte=now - LOG_RESEND_WINDOW)
+        .exclude(log_end="")
+        .exclude(log_cursor=F("log_end"))
+    )
+
+
+def request_output_resends(keys: set[tuple[int, int, int]]) -> int:
+    """Ask the nodes of these (workload id, attempt, replica index) to ship their output again from the
+    stored cursor; return how many were asked.
+
+    Idempotent and cheap to call often: a replica is asked at most once per
+    LOG_RESEND_SECONDS, only while its node is live and its replica started
+    (the agent re-reads the runtime's own log, running or ended; a replica
+    already removed has nothing left to read).
+    """
+    asked = 0
+    for workload_id, attempt, index in sorted(keys):
+        if not cache.add(f"gpucloud:output-resend:{workload_id}:{attempt}:{index}", 1, LOG_RESEND_SECONDS):
+            continue
+        replica = (
+            Replica.all_tenants.filter(
+                workload_id=workload_id,
+                attempt=attempt,
+                index=index,
+                state__in=[ReplicaState.RUNNING, ReplicaState.EXITED],
+                node__state__in=_LIVE_NODES,
+            )
+            .select_related("workload", "node")
+            .first()
+        )
+        if replica is None or not replica.handle:
+            continue
+        log.info("output of %s read again from %r: a log batch was lost", replica.name, replica.log_cursor)
+        _watch(replica.node, replica, {}, resend=True)
+        asked += 1
+    return asked
 
 
 def request_node_inventories() -> int:
@@ -154,7 +214,9 @@ def _wanted(replica: Replica) -> bool:
 def _stop_orphan(node: Node, item: dict[str, Any], replica: Replica | None) -> int:
     """Stop and remove a container the ledger does not run; report it once (when it still runs)."""
     if replica is not None and replica.state not in LIVE_REPLICA_STATES and item.get("state") != "running":
-        # Known and already over: only its leftovers are removed.
+        # Known and already over: only its leftovers are removed, once its output is stored (or too old).
+        if _output_short(timezone.now()).filter(pk=replica.pk).exists():
+            return 0
         dispatch.send(dispatch.STOP_REPLICA, queue=node.agent_queue, kwargs=stop_message(replica, 0))
         return 0
     grace = grace_seconds(replica.workload) if replica is not None else 0
@@ -180,7 +242,8 @@ def _stop_orphan(node: Node, item: dict[str, Any], replica: Replica | None) -> i
     return 1
 
 
-def _watch(node: Node, replica: Replica, item: dict[str, Any]) -> None:
+def _watch(node: Node, replica: Replica, item: dict[str, Any], *, resend: bool = False) -> None:
+    """Have the node follow `replica` from its stored log cursor (`resend`: replacing its current watcher)."""
     handle = replica.handle or item.get("handle") or {}
     dispatch.send(
         dispatch.WATCH_REPLICA,
@@ -195,6 +258,7 @@ def _watch(node: Node, replica: Replica, item: dict[str, Any]) -> None:
             "replica": replica.index,
             "log_cursor": replica.log_cursor,
             "report_start": False,  # the ledger heard of its start; only a new watcher reports it again
+            "resend": resend,
             **_readiness(replica),
         },
     )

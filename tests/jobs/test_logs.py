@@ -384,9 +384,14 @@ def test_a_malformed_batch_in_a_nodes_message_costs_only_its_own_lines(world: Wo
     assert _cursor(workload, replica=0) == ""
 
 
-def test_a_replayed_batch_is_handed_back_not_stored_twice(world: World) -> None:
+def test_a_replayed_batch_is_never_stored_twice(world: World) -> None:
+    """One ending where the chain stands is skipped at once; an older one waits, and its retries run out."""
     workload = _running(world, replicas=1)
-    batch = {"workload_id": workload.pk, "attempt": 1, "replica": 0, "since": "", "cursor": "c1", "lines": _lines(2)}
-    assert ingest_log_batches([batch], wait_seconds=0) == []
-    assert ingest_log_batches([batch], wait_seconds=0.05) == [batch]
-    assert len(_stored(workload)) == 2
+    ids = {"workload_id": workload.pk, "attempt": 1, "replica": 0}
+    first = {**ids, "since": "", "cursor": "c1", "lines": _lines(2)}
+    second = {**ids, "since": "c1", "cursor": "c2", "lines": _lines(1, start=2)}
+    assert ingest_log_batches([first], wait_seconds=0) == []
+    assert ingest_log_batches([first], wait_seconds=0.05) == []
+    assert ingest_log_batches([second], wait_seconds=0) == []
+    assert ingest_log_batches([first], wait_seconds=0.05) == [first]
+    assert len(_stored(workload)) == 3
