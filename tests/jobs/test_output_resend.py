@@ -95,6 +95,16 @@ class LossyTransport:
             tasks.replica_exited(**kwargs)
 
 
+def _recorder(sent: list[tuple[str, dict[str, Any]]]) -> Any:
+    """A `dispatch.send` that keeps what the controller sends its nodes."""
+
+    def send(task: str, *, queue: str, kwargs: dict[str, Any]) -> bool:
+        sent.append((task, kwargs))
+        return True
+
+    return send
+
+
 def _stored_texts(workload: Workload) -> list[str]:
     chunks = LogChunk.all_tenants.filter(workload=workload).order_by("first_seq")
     return [line[3] for chunk in chunks for line in chunk.lines]
@@ -108,7 +118,7 @@ def test_a_lost_batch_is_read_again_and_the_ended_replica_kept_until_its_log_is_
     transport = LossyTransport(lose=2)
     agent = Executor(AgentConfig(node=NODE, work_dir=tmp_path, process_enabled=True, probe="simulated"), send=transport)
     to_node: list[tuple[str, dict[str, Any]]] = []
-    monkeypatch.setattr(dispatch, "send", lambda task, *, queue, kwargs: to_node.append((task, kwargs)) or True)
+    monkeypatch.setattr(dispatch, "send", _recorder(to_node))
 
     agent.start(_spec(workload, replica))
     assert wait_until(lambda: Replica.all_tenants.get(pk=replica.pk).state == "exited", timeout=20)
@@ -124,7 +134,7 @@ def test_a_lost_batch_is_read_again_and_the_ended_replica_kept_until_its_log_is_
 
     counts = reconcile.reconcile_ledger(now=timezone.now() + reconcile.LOG_RESEND_AFTER + timedelta(seconds=1))
     assert counts["output_resent"] == 1
-    (task, message), *_ = [(t, m) for t, m in to_node if t == dispatch.WATCH_REPLICA]
+    message = next(m for t, m in to_node if t == dispatch.WATCH_REPLICA)
     assert message["resend"] is True and message["log_cursor"] == row.log_cursor
     agent.watch(message)  # the node receives it
     want = [f"line {i}" for i in range(LINES)]
@@ -145,7 +155,7 @@ def test_a_batch_waiting_a_second_time_asks_the_node_to_read_its_output_again(
     workload, replica = _workload(world)
     Replica.all_tenants.filter(pk=replica.pk).update(state="running", handle={"pid": 1}, log_cursor="c1")
     to_node: list[tuple[str, dict[str, Any]]] = []
-    monkeypatch.setattr(dispatch, "send", lambda task, *, queue, kwargs: to_node.append((task, kwargs)) or True)
+    monkeypatch.setattr(dispatch, "send", _recorder(to_node))
     monkeypatch.setattr(tasks.logs, "ingest_log_batches", lambda batches, wait_seconds: list(batches))
     monkeypatch.setattr(tasks.ingest_log_batches, "apply_async", lambda **kwargs: None)
     early = {"workload_id": workload.pk, "attempt": 1, "replica": 0, "since": "c2", "cursor": "c3", "lines": []}
