@@ -66,11 +66,13 @@ def replica_exited(
 
 
 # A batch that does not continue its replica's chain is usually early, not a duplicate: the worker runs
-# several tasks at once, so the batch before it may be in another thread right now. It waits for it a
-# little in place (a broker round trip for a retry can take seconds), then through retries spaced ever
-# wider (1, 2, 4 ... 30 s: about three minutes in all, so a worker far behind still finds its
-# predecessor stored), before it counts as a replay and is dropped.
-INGEST_WAIT_SECONDS = 3.0
+# several tasks at once, so the batch before it may be in another process right now. It waits for it a
+# moment in place, then through retries spaced ever wider (1, 2, 4 ... 30 s: about three minutes in all)
+# before it counts as a replay and is dropped. The wait in place is short on purpose: a batch whose
+# predecessor was lost holds a worker process for all of it, and a replica printing ten batches a second
+# would make the whole ingest queue crawl behind one gap (its second wait has the node read the output
+# again, `reconcile.request_output_resends`, which fills the gap).
+INGEST_WAIT_SECONDS = 0.5
 INGEST_RETRIES = 9
 INGEST_RETRY_CAP_SECONDS = 30.0
 
