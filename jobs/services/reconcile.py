@@ -109,14 +109,12 @@ def request_output_resends(keys: set[tuple[int, int, int]]) -> int:
     stored cursor; return how many were asked.
 
     Idempotent and cheap to call often: a replica is asked at most once per
-    LOG_RESEND_SECONDS, only while its node is live and its replica started
-    (the agent re-reads the runtime's own log, running or ended; a replica
-    already removed has nothing left to read).
+    LOG_RESEND_SECONDS, only while its node is live, its replica started and
+    its output is not all stored (the agent re-reads the runtime's own log,
+    running or ended; a replica already removed has nothing left to read).
     """
     asked = 0
     for workload_id, attempt, index in sorted(keys):
-        if not cache.add(f"gpucloud:output-resend:{workload_id}:{attempt}:{index}", 1, LOG_RESEND_SECONDS):
-            continue
         replica = (
             Replica.all_tenants.filter(
                 workload_id=workload_id,
@@ -128,9 +126,11 @@ def request_output_resends(keys: set[tuple[int, int, int]]) -> int:
             .select_related("workload", "node")
             .first()
         )
-        if replica is None or not replica.handle:
+        if replica is None or not replica.handle or replica.log_cursor == replica.log_end:
+            continue  # nothing to read from, or all of its output is stored (what waits is a stale copy)
+        if not cache.add(f"gpucloud:output-resend:{workload_id}:{attempt}:{index}", 1, LOG_RESEND_SECONDS):
             continue
-        log.info("output of %s read again from %r: a log batch was lost", replica.name, replica.log_cursor)
+        log.info("output of %s read again from %r: a log batch did not arrive", replica.name, replica.log_cursor)
         _watch(replica.node, replica, {}, resend=True)
         asked += 1
     return asked
