@@ -206,6 +206,49 @@ class RecoverOnConnect(bootsteps.StartStopStep):
 
 app.steps["consumer"].add(RecoverOnConnect)
 
+# How often a worker's event loop wakes, at least, to send what finished tasks acknowledged.
+ACK_WAKE_SECONDS = 0.05
+
+
+class PromptAcks(bootsteps.StartStopStep):
+    """Wake the worker's event loop every ACK_WAKE_SECONDS, so a finished task's acknowledgement leaves at once.
+
+    With late acknowledgements on the Redis transport, a task run by a pool
+    thread hands its ack to the event loop (`hub.call_soon`), which nothing
+    wakes: it waits in `poll` until the next timer, seconds away (celery
+    issues 4378, 7718). The worker holds its prefetch until then, so an
+    agent (threads) ran at most its thread count of tasks per timer tick, and
+    a test worker with no heartbeat stopped after two. A repeated no-op
+    timer bounds that wait; the distributed agent and test workers use it,
+    prefork workers (woken by their result pipes) and the in-process
+    transport (no event loop) are unaffected.
+    """
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.timer: Any = None
+
+    def start(self, parent: Any) -> None:
+        hub = getattr(parent, "hub", None)
+        if hub is not None and self.timer is None:
+            self.timer = hub.call_repeatedly(ACK_WAKE_SECONDS, _wake)
+
+    def stop(self, parent: Any) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    shutdown = stop
+
+
+def _wake() -> None:
+    """Nothing: the loop's waking up is the point (it then runs the acknowledgements handed to it)."""
+
+
+app.steps["consumer"].add(PromptAcks)
+
 
 def queue_depths(queues: tuple[str, ...] = (CONTROL_QUEUE, INGEST_QUEUE)) -> dict[str, int]:
     """Return how many task messages wait in each of `queues` (-1 where the broker cannot be read).

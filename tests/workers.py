@@ -11,6 +11,7 @@ from typing import Any
 import uvicorn
 from celery.worker import WorkController
 from django.db import connections
+from kombu.asynchronous import set_event_loop
 
 from gpucloud import embedded
 from gpucloud.celery import app
@@ -33,7 +34,10 @@ def running_worker(queues: list[str], *, concurrency: int = 1) -> Iterator[WorkC
     """Run a worker on `queues` for the duration of the block.
 
     Worker threads close their database connection after each task, so none
-    outlives the test database.
+    outlives the test database. On Redis a worker runs kombu's event loop,
+    which is global to the process and keeps the timer of the worker that
+    created it: it is dropped with the worker, or the next worker of this
+    process would reuse it and never run its own timers (ETAs, retries).
     """
     database = connections["default"].settings_dict
     max_age, database["CONN_MAX_AGE"] = database["CONN_MAX_AGE"], 0
@@ -43,6 +47,7 @@ def running_worker(queues: list[str], *, concurrency: int = 1) -> Iterator[WorkC
         yield worker
     finally:
         worker.stop(in_sighandler=False)
+        set_event_loop(None)
         database["CONN_MAX_AGE"] = max_age
 
 

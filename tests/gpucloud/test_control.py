@@ -7,7 +7,6 @@ do on a starved machine.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -82,11 +81,6 @@ def test_ingest_tasks_travel_on_their_own_queue() -> None:
     assert control.queue_for("jobs.replica_exited") == control.CONTROL_QUEUE
 
 
-@pytest.mark.skipif(
-    bool(os.environ.get("REDIS_URL")),
-    reason="fails reproducibly on the Redis broker: after about two runs the worker stops taking the message "
-    "waiting on `control` (cause not found yet; issue 14 stays open for it)",
-)
 @pytest.mark.django_db(transaction=True)
 def test_a_flood_of_requests_keeps_at_most_one_waiting_and_loses_none(clean: None) -> None:
     """200 requests over about 2 s to a task that takes 0.3 s: the queue never holds more than one message,
@@ -109,11 +103,6 @@ def test_a_flood_of_requests_keeps_at_most_one_waiting_and_loses_none(clean: Non
     assert 2 <= len(RUNS) <= most, f"{len(RUNS)} runs for 201 requests (at most {most:.0f})"
 
 
-@pytest.mark.skipif(
-    bool(os.environ.get("REDIS_URL")),
-    reason="fails reproducibly on the Redis broker: after about two runs the worker stops taking the message "
-    "waiting on `control` (cause not found yet; issue 14 stays open for it)",
-)
 @pytest.mark.django_db(transaction=True)
 def test_a_report_that_meets_the_database_down_is_retried_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     """Postgres restarting while an exit report is applied: the report is applied once it is back."""
