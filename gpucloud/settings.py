@@ -180,7 +180,11 @@ LIVE_RECHECK_SECONDS = env_int("LIVE_RECHECK_SECONDS", 60, minimum=5, maximum=36
 
 CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
 CELERY_BROKER_TRANSPORT_OPTIONS = {} if REDIS_URL else {"polling_interval": 0.01}
-CELERY_RESULT_BACKEND = REDIS_URL
+# No task's result is ever read (reports, passes and launches act on the ledger), so none is stored:
+# with a result backend, every send also subscribed to its result, and after a Redis restart that
+# subscription blocked the sender (beat, a submission) for the backend's 120 s socket timeout.
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "control"
 # Bulk data (log batches) has a queue and worker threads of its own, so it never starves control work.
 CELERY_TASK_ROUTES = {"jobs.ingest_logs": {"queue": "ingest"}, "jobs.ingest_log_batches": {"queue": "ingest"}}
