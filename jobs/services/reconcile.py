@@ -46,7 +46,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from inventory.choices import NodeState
@@ -95,7 +95,7 @@ def reconcile_ledger(*, now: datetime | None = None) -> dict[str, int]:
     return {"released": settled, "stops_resent": resent, "relaunched": relaunched, "output_resent": reread}
 
 
-def _output_short(now: datetime) -> Any:
+def _output_short(now: datetime) -> QuerySet[Replica]:
     """Replicas that ended within LOG_RESEND_WINDOW whose stored output stops short of its shipped end."""
     return (
         Replica.all_tenants.filter(state=ReplicaState.EXITED, finished_at__gte=now - LOG_RESEND_WINDOW)
