@@ -32,6 +32,8 @@ from _faults.catalog import Settings
 from _faults.report import TARGET_CONVERGE_S
 from _faults.scenarios import run_fault
 
+from tests.conftest import REQUIRED
+
 ROOT = Path(__file__).resolve().parents[2]
 # The code tree the consoles run: this checkout, or another one (an older commit's worktree) to see it fail there.
 CODE = Path(os.environ.get("GPUCLOUD_FAULTS_CODE") or ROOT).resolve()
@@ -106,11 +108,13 @@ def test_controller_worker_killed_mid_run_and_restarted(tmp_path: Path) -> None:
 @pytest.mark.postgres
 @pytest.mark.redis
 @pytest.mark.docker
-@pytest.mark.skipif(
-    shutil.which("dockerd") is None or os.geteuid() != 0, reason="needs dockerd and root for an engine of its own"
-)
 def test_docker_engine_killed_mid_run_and_restarted(tmp_path: Path) -> None:
     # Jobs in containers on a private engine (the shared one is never restarted), CPU only, no notebook.
+    if shutil.which("dockerd") is None or os.geteuid() != 0:
+        reason = "needs dockerd and root for an engine of its own"
+        if "docker" in REQUIRED:  # the suite's rule: a required service that is missing fails, never skips
+            pytest.fail(f"docker is required (GPUCLOUD_REQUIRE_SERVICES): {reason}", pytrace=False)
+        pytest.skip(reason)
     result = run_fault("docker-restart", _distributed(tmp_path))
     _assert_targets({**result, "log_lines_lost": 0})  # every other target, asserted
     if result["log_lines_lost"]:
