@@ -29,6 +29,8 @@ PRIVATE_POSTGRES_DIR = Path("/tmp/faults-pg")  # noqa: S108 -- a scratch cluster
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 # The private engine's socket, data and exec roots: one per harness process, short enough for a socket path.
 PRIVATE_DOCKER_DIR = Path(f"/tmp/faults-docker-{os.getpid()}")  # noqa: S108
+# Outside Docker's default pools (172.17-31.0.0/16, 192.168.0.0/16), which the host's shared engine uses.
+PRIVATE_ADDRESS_POOL = "base=10.213.0.0/16,size=24"
 
 
 def with_database(url: str, name: str) -> str:
@@ -174,7 +176,8 @@ class PrivateDocker:
     """A Docker Engine of the suite's own (socket, data and exec roots under PRIVATE_DOCKER_DIR); restartable.
 
     No iptables, no default bridge (the shared engine owns the host's
-    rules), and live restore on, as production engines run: a daemon
+    rules), address pools of its own (so its tenant bridges never take the
+    shared engine's), and live restore on, as production engines run: a daemon
     restart leaves the containers running. SIGKILL reaches dockerd alone
     (its containerd runs in a process group of its own), as when the
     daemon crashes. The test image is built into it from busybox-static.
@@ -198,6 +201,8 @@ class PrivateDocker:
             "--iptables=false",
             "--ip6tables=false",
             "--ip-masq=false",
+            "--default-address-pool",
+            PRIVATE_ADDRESS_POOL,
             "--live-restore",
         ]
         self.proc = Proc("dockerd", argv, env=dict(os.environ), cwd=run_dir, log_dir=run_dir)
@@ -226,17 +231,25 @@ class PrivateDocker:
         self.proc.kill9()
 
     def stop(self) -> None:
-        """Remove every container, stop the daemon, then end whatever of the engine outlived it.
+        """Remove every container and network, stop the daemon, then end whatever of the engine outlived it.
 
         A daemon killed and restarted can leave its first containerd and
         container shims behind; they are found by the private root in their
-        command lines.
+        command lines. Its bridges are kernel interfaces that outlive the
+        daemon and its data root: left behind, their routes would use up the
+        address pools of every engine on the host.
         """
+        bridges: list[str] = []
         if self.answers():
             listed = self._docker("ps", "-aq").stdout.split()
             if listed:
                 self._docker("rm", "-f", *listed)
+            networks = self._docker("network", "ls", "-q", "--filter", "driver=bridge").stdout.split()
+            bridges = [f"br-{network[:12]}" for network in networks]
+            self._docker("network", "prune", "-f")
         self.proc.stop(timeout=30)
+        for bridge in bridges if shutil.which("ip") else []:
+            subprocess.run(["ip", "link", "delete", bridge], capture_output=True, check=False, timeout=30)
         marker = str(self.root).encode() + b"/"
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit() and int(entry.name) != os.getpid():

@@ -133,8 +133,8 @@ _host_locks: dict[str, threading.Lock] = {}
 
 
 @contextmanager
-def host_lock(name: str) -> Iterator[None]:
-    """Hold an exclusive lock called `name` shared by every thread and process on this host.
+def host_lock(name: str, *, wait: bool = True) -> Iterator[bool]:
+    """Hold an exclusive lock called `name` shared by every thread and process on this host; yield whether held.
 
     Engines before API 1.44 enforce unique network names only best-effort,
     so creators that race can each make one, and a container may join the
@@ -142,17 +142,29 @@ def host_lock(name: str) -> Iterator[None]:
     the agent and its engine live) removes the race instead of repairing it.
     A thread lock guards the process, because `flock` locks are per process
     only when taken through separate file descriptors of the same process.
+    With `wait` false a lock someone else holds is not waited for: the body
+    runs with False (the caller must then leave what the lock guards alone).
     """
     with _host_locks_guard:
         local = _host_locks.setdefault(name, threading.Lock())
+    if not local.acquire(blocking=wait):
+        yield False
+        return
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]
     path = f"{tempfile.gettempdir()}/gpucloud-{digest}.lock"
-    with local, open(path, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    try:
+        with open(path, "a+b") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        local.release()
 
 
 def version_tuple(version: str | None) -> tuple[int, ...]:

@@ -84,6 +84,20 @@ def _close(streams: Iterable[Any]) -> None:
             stream.close()
 
 
+def _pools_exhausted(error: docker.errors.APIError) -> bool:
+    """Whether the engine refused a network because no address pool has a free subnet left."""
+    return "available, non-overlapping" in str(error.explanation or error)
+
+
+def _network_missing(error: docker.errors.APIError, network: str) -> bool:
+    """Whether the engine refused a container because its network `network` does not exist.
+
+    Engines before API 1.44 accept the container and refuse at its start; later ones refuse the creation.
+    """
+    text = str(error.explanation or error)
+    return "network" in text and network in text
+
+
 class DockerRuntime:
     """Runs workloads as hardened containers on the Docker engine at `base_url` (default: the local socket).
 
@@ -153,18 +167,30 @@ class DockerRuntime:
         network = policy.tenant_network_name(spec.tenant)
         budget = Budget(timeout)
         with engine_errors(f"start {spec.name}"):
-            found = self._inspect(spec.name, budget)
-            if found is None:
-                found = self._create(spec, network, budget)
-            self._check_identity(found, spec)
-            if (found.get("State") or {}).get("Status") == "created":
-                self._start_or_discard(str(found["Id"]), budget)
-                if spec.service_port is not None:
-                    # The engine picks the host port when the container starts; only inspect tells it.
-                    found = self._inspect(str(found["Id"]), budget) or found
+            try:
+                found = self._create_and_start(spec, network, budget)
+            except docker.errors.NotFound as error:
+                # Its network was removed after this runtime last saw it (pruned, or by hand): make it again, once.
+                if not _network_missing(error, network):
+                    raise
+                self._networks.discard(network)
+                found = self._create_and_start(spec, network, budget)
         handle = self._handle(str(found["Id"]), spec)
         endpoint = inspected_endpoint(found, spec.service_port, self.publish_address)
         return handle | {"endpoint": endpoint} if endpoint else handle
+
+    def _create_and_start(self, spec: WorkloadSpec, network: str, budget: Budget) -> dict[str, Any]:
+        """Adopt or create the container of `spec` and start it unless it already ran; return its attributes."""
+        found = self._inspect(spec.name, budget)
+        if found is None:
+            found = self._create(spec, network, budget)
+        self._check_identity(found, spec)
+        if (found.get("State") or {}).get("Status") == "created":
+            self._start_or_discard(str(found["Id"]), budget)
+            if spec.service_port is not None:
+                # The engine picks the host port when the container starts; only inspect tells it.
+                found = self._inspect(str(found["Id"]), budget) or found
+        return found
 
     def _start_or_discard(self, container: str, budget: Budget) -> None:
         """Start a created container; if the engine refuses, remove it so that a retry starts afresh."""
@@ -239,7 +265,7 @@ class DockerRuntime:
             if not networks_named(api, network):
                 labels = {policy.LABEL_MANAGED: policy.MANAGED, policy.LABEL_TENANT: tenant}
                 try:
-                    api.create_network(network, driver="bridge", labels=labels, check_duplicate=True)
+                    self._create_network(api, network, labels, budget)
                 except docker.errors.APIError as error:
                     if error.status_code != 409:
                         raise
@@ -248,6 +274,50 @@ class DockerRuntime:
                         with suppress(docker.errors.APIError):
                             api.remove_network(extra["Id"])
             self._networks.add(network)
+
+    def _create_network(self, api: docker.APIClient, network: str, labels: dict[str, str], budget: Budget) -> None:
+        """Create a bridge; when the engine's address pools are used up, prune idle tenant bridges and try once more.
+
+        Each bridge takes a subnet from the engine's pools (31 with Docker's
+        defaults), so a host that served more tenants than that over its life
+        would refuse every new one while bridges of tenants with nothing
+        running hold the subnets.
+        """
+        try:
+            api.create_network(network, driver="bridge", labels=labels, check_duplicate=True)
+        except docker.errors.APIError as error:
+            if not _pools_exhausted(error) or not self._prune_idle_networks(budget, keep=network):
+                raise
+            api.create_network(network, driver="bridge", labels=labels, check_duplicate=True)
+
+    def _prune_idle_networks(self, budget: Budget, *, keep: str) -> int:
+        """Remove this product's bridges that no container is attached to (except `keep`); return how many.
+
+        Each is checked and removed under its creation lock, so no creator on
+        this host is between making it and attaching to it; one whose lock is
+        busy is skipped (waiting could deadlock with a creator pruning the
+        other way round). A container created after the removal finds its
+        network gone and makes it again (`_create`).
+        """
+        api = self._api(budget)
+        managed = api.networks(filters={"label": f"{policy.LABEL_MANAGED}={policy.MANAGED}", "driver": "bridge"})
+        removed = 0
+        for listed in managed:
+            name = str(listed.get("Name"))
+            if name == keep:
+                continue
+            with host_lock(f"docker-network-{name}", wait=False) as held:
+                if not held:
+                    continue
+                try:
+                    if api.inspect_network(listed["Id"]).get("Containers"):
+                        continue
+                    api.remove_network(listed["Id"])
+                except docker.errors.APIError:
+                    continue  # in use after all, or already gone
+                self._networks.discard(name)
+                removed += 1
+        return removed
 
     def _check_identity(self, attrs: dict[str, Any], spec: WorkloadSpec) -> None:
         labels = (attrs.get("Config") or {}).get("Labels") or {}

@@ -6,7 +6,8 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import docker
@@ -27,7 +28,7 @@ from inventory.drivers.base import (
 from inventory.drivers.docker_runtime import DockerRuntime, container_config, publish_host
 from inventory.drivers.policy import SpecRefused
 from inventory.drivers.timestamps import parse_ns
-from tests.inventory.drivers.conftest import SpecFactory, new_spec, wait_for
+from tests.inventory.drivers.conftest import SpecFactory, new_spec, remove_tenant, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -168,6 +169,76 @@ def test_concurrent_starts_of_one_spec_race_safely_to_one_container_and_one_netw
     assert len(docker_client.api.containers(all=True, filters={"name": spec.name})) == 1
     networks = docker_client.api.networks(names=[policy.tenant_network_name(fresh_tenant)])
     assert [n["Name"] for n in networks] == [policy.tenant_network_name(fresh_tenant)]
+
+
+@pytest.fixture
+def new_tenant(docker_client: docker.DockerClient) -> Iterator[Callable[[], str]]:
+    """Make fresh tenant names; every container and network of them is removed after the test."""
+    made: list[str] = []
+
+    def make() -> str:
+        made.append(f"drivertest-{uuid.uuid4().hex[:8]}")
+        return made[-1]
+
+    yield make
+    for tenant in made:
+        remove_tenant(docker_client, tenant)
+
+
+def exhausted_once(api: docker.APIClient) -> docker.APIClient:
+    """Make `api`'s next network creation fail as an engine whose address pools are used up does."""
+    create = api.create_network
+    calls = {"n": 0}
+
+    def refuse_first(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            message = "could not find an available, non-overlapping IPv4 address pool among the defaults"
+            raise docker.errors.APIError("404", explanation=message)
+        return create(*args, **kwargs)
+
+    api.create_network = refuse_first  # type: ignore[method-assign]
+    return api
+
+
+def test_used_up_address_pools_free_the_subnets_of_idle_tenant_bridges_only(
+    new_tenant: Callable[[], str], test_image: str, docker_client: docker.DockerClient
+) -> None:
+    idle, busy, newcomer = new_tenant(), new_tenant(), new_tenant()
+    runtime = DockerRuntime()
+    finished = runtime.start(new_spec(["true"], tenant=idle, image=test_image))
+    assert wait_for(lambda: exited(runtime, finished))
+    runtime.remove(finished)
+    running = runtime.start(new_spec(["sleep", "30"], tenant=busy, image=test_image))
+
+    def client() -> docker.DockerClient:
+        real = docker.DockerClient(base_url="unix:///var/run/docker.sock", timeout=30)
+        exhausted_once(real.api)
+        return real
+
+    handle = DockerRuntime(client_factory=client).start(new_spec(["sleep", "30"], tenant=newcomer, image=test_image))
+
+    def exists(tenant: str) -> bool:
+        return bool(docker_client.api.networks(names=[policy.tenant_network_name(tenant)]))
+
+    assert runtime.poll(handle).state == "running"
+    assert not exists(idle)
+    assert exists(busy) and runtime.poll(running).state == "running"
+    assert exists(newcomer)
+
+
+def test_a_tenant_bridge_removed_behind_the_runtime_is_made_again(
+    fresh_tenant: str, test_image: str, docker_client: docker.DockerClient
+) -> None:
+    runtime = DockerRuntime()
+    first = runtime.start(new_spec(["true"], tenant=fresh_tenant, image=test_image))
+    assert wait_for(lambda: exited(runtime, first))
+    runtime.remove(first)
+    for network in docker_client.api.networks(names=[policy.tenant_network_name(fresh_tenant)]):
+        docker_client.api.remove_network(network["Id"])
+    second = runtime.start(new_spec(["sleep", "30"], tenant=fresh_tenant, image=test_image))
+    assert runtime.poll(second).state == "running"
+    assert docker_client.api.networks(names=[policy.tenant_network_name(fresh_tenant)])
 
 
 def test_a_name_held_by_another_workload_is_a_conflict(runtime: DockerRuntime, docker_spec: SpecFactory) -> None:
