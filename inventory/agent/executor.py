@@ -62,6 +62,9 @@ SHIP_SECONDS = 0.1
 # re-watches the replica from the stored cursor, so the runtime's own log fills the gap).
 OUTBOX_CAPACITY = 5000
 READY_TIMEOUT = 600.0
+# While a runtime cannot be reached it is asked again this often; once it answers, the controller is asked
+# to reconcile the node at once rather than at its next period (starts and watches cut short resume).
+RECOVERY_POLL_SECONDS = 1.0
 _REMEMBERED_STOPS = 10_000
 
 
@@ -176,6 +179,7 @@ class Executor:
         self._followers: dict[str, _Watcher] = {}  # the watcher each of those threads runs
         self._stopped: OrderedDict[str, None] = OrderedDict()
         self._starting: set[str] = set()
+        self._recovering: set[tuple[str, str]] = set()  # runtimes an engine outage is being waited out for
         self._lock = threading.Lock()
 
     def report(self, task: str, **kwargs: Any) -> None:
@@ -199,6 +203,36 @@ class Executor:
                     publish_address=config.publish_address,
                 )
             return self._runtimes[key]
+
+    def runtime_unreachable(self, kind: str, node: str) -> None:
+        """Note that the runtime of `node` failed a call; once it answers again, ask the controller to reconcile.
+
+        An engine outage (a Docker Engine restart) cuts starts and log
+        follows short, and only reconcile resumes them: waiting for its next
+        period would leave work idle for up to WORKLOAD_RECONCILE_SECONDS
+        after the engine is back. One waiter per runtime, whatever the
+        number of failed calls.
+        """
+        with self._lock:
+            if (kind, node) in self._recovering:
+                return
+            self._recovering.add((kind, node))
+        threading.Thread(target=self._await_runtime, args=(kind, node), name=f"recover-{node}", daemon=True).start()
+
+    def _await_runtime(self, kind: str, node: str) -> None:
+        runtime = self.runtime(kind, node)
+        try:
+            while True:
+                try:
+                    runtime.list_managed(timeout=CALL_TIMEOUT)
+                    break
+                except DriverError:
+                    time.sleep(RECOVERY_POLL_SECONDS)
+            log.info("the %s runtime of %s answers again: asking for a reconcile", kind, node)
+            self.report("jobs.reconcile")
+        finally:
+            with self._lock:
+                self._recovering.discard((kind, node))
 
     # --- start ---------------------------------------------------------------
 
@@ -231,6 +265,7 @@ class Executor:
             # if it exists; otherwise nothing is reported, and reconcile sends the start again until the
             # controller's start timeout decides. A slow start is never reported as a failed one.
             log.warning("starting %s did not finish: %s", ref.name, error)
+            self.runtime_unreachable(ref.runtime, ref.node)
             handle = self._find_quietly(runtime, ref.name)
             if not handle:
                 return
@@ -422,6 +457,7 @@ class _Watcher:
             status = runtime.poll(self.handle, timeout=CALL_TIMEOUT)
         except DriverError as error:
             log.warning("polling %s after its output ended failed: %s", self.ref.name, error)
+            self.executor.runtime_unreachable(self.ref.runtime, self.ref.node)
             return  # reconcile watches it again
         if status.state in ("exited", "missing"):
             message = "" if status.state == "exited" else "Its container is gone."
@@ -453,6 +489,7 @@ class _Watcher:
             log.info("output of %s is not available: %s", self.ref.name, error)
         except DriverError as error:
             log.warning("following %s failed: %s", self.ref.name, error)
+            self.executor.runtime_unreachable(self.ref.runtime, self.ref.node)
         finally:
             self.lines.put(None)
 

@@ -89,6 +89,12 @@ def _pools_exhausted(error: docker.errors.APIError) -> bool:
     return "available, non-overlapping" in str(error.explanation or error)
 
 
+def _stale_task(error: docker.errors.APIError) -> bool:
+    """Whether a start failed because containerd still has a task of the container (an interrupted start)."""
+    text = str(error.explanation or error)
+    return "task" in text and "already exists" in text
+
+
 def _network_missing(error: docker.errors.APIError, network: str) -> bool:
     """Whether the engine refused a container because its network `network` does not exist.
 
@@ -180,13 +186,27 @@ class DockerRuntime:
         return handle | {"endpoint": endpoint} if endpoint else handle
 
     def _create_and_start(self, spec: WorkloadSpec, network: str, budget: Budget) -> dict[str, Any]:
-        """Adopt or create the container of `spec` and start it unless it already ran; return its attributes."""
+        """Adopt or create the container of `spec` and start it unless it already ran; return its attributes.
+
+        An engine that died in the middle of a start leaves the container
+        created and containerd holding a task of its id, so starting it again
+        fails ("task ... already exists"): that container is discarded and a
+        fresh one (a new id) is made and started at once, not at the next
+        reconcile.
+        """
         found = self._inspect(spec.name, budget)
         if found is None:
             found = self._create(spec, network, budget)
         self._check_identity(found, spec)
         if (found.get("State") or {}).get("Status") == "created":
-            self._start_or_discard(str(found["Id"]), budget)
+            try:
+                self._start_or_discard(str(found["Id"]), budget)
+            except docker.errors.APIError as error:
+                if not _stale_task(error):
+                    raise
+                found = self._create(spec, network, budget)
+                self._check_identity(found, spec)
+                self._start_or_discard(str(found["Id"]), budget)
             if spec.service_port is not None:
                 # The engine picks the host port when the container starts; only inspect tells it.
                 found = self._inspect(str(found["Id"]), budget) or found

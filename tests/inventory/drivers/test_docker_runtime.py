@@ -241,6 +241,35 @@ def test_a_tenant_bridge_removed_behind_the_runtime_is_made_again(
     assert docker_client.api.networks(names=[policy.tenant_network_name(fresh_tenant)])
 
 
+def test_a_start_the_engine_died_in_is_made_afresh_at_once(
+    docker_spec: SpecFactory, docker_client: docker.DockerClient
+) -> None:
+    # What an engine killed between creating and starting a container answers afterwards: containerd
+    # still has a task of that container's id.
+    spec = docker_spec(["sh", "-c", "echo fresh"])
+    refused: list[str] = []
+
+    def client() -> docker.DockerClient:
+        real = docker.DockerClient(base_url="unix:///var/run/docker.sock", timeout=30)
+        start = real.api.start
+
+        def stale_once(container: str, *args: Any, **kwargs: Any) -> Any:
+            if not refused:
+                refused.append(container)
+                raise docker.errors.APIError("500", explanation=f"task {container}: already exists")
+            return start(container, *args, **kwargs)
+
+        real.api.start = stale_once  # type: ignore[method-assign]
+        return real
+
+    runtime = DockerRuntime(client_factory=client)
+    handle = runtime.start(spec)
+    assert refused and handle["id"] != refused[0]
+    assert wait_for(lambda: exited(runtime, handle))
+    assert texts(runtime, handle) == ["fresh"]
+    assert [c["Id"] for c in docker_client.api.containers(all=True, filters={"name": spec.name})] == [handle["id"]]
+
+
 def test_a_name_held_by_another_workload_is_a_conflict(runtime: DockerRuntime, docker_spec: SpecFactory) -> None:
     spec = docker_spec(["sleep", "30"])
     runtime.start(spec)

@@ -1,0 +1,119 @@
+"""The agent after an engine outage: once the runtime answers again it asks the controller to reconcile at once.
+
+The engine's socket goes through a door the test opens and closes (a Unix
+socket relaying to the real Docker Engine), as a Docker Engine restart
+makes it vanish and come back.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from inventory.agent.config import AgentConfig
+from inventory.agent.executor import Executor
+from tests.inventory.drivers.conftest import remove_tenant
+from tests.workers import wait_until
+
+pytestmark = pytest.mark.docker
+
+ENGINE = "/var/run/docker.sock"
+NODE = "recovery-local"
+
+
+class EngineDoor:
+    """A Unix socket at `path` relaying every connection to the Docker Engine while open; absent while closed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._listener: socket.socket | None = None
+
+    def open(self) -> None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(self.path))
+        listener.listen(16)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def close(self) -> None:
+        if self._listener is not None:
+            with suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+            self._listener = None
+        with suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            engine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            engine.connect(ENGINE)
+            threading.Thread(target=_pump, args=(client, engine), daemon=True).start()
+            threading.Thread(target=_pump, args=(engine, client), daemon=True).start()
+
+
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    with suppress(OSError):
+        while chunk := source.recv(65536):
+            target.sendall(chunk)
+    with suppress(OSError):
+        target.shutdown(socket.SHUT_WR)
+
+
+@pytest.fixture
+def tenant(docker_client: docker.DockerClient) -> Iterator[str]:
+    """A tenant of the test's own; its containers and network are removed afterwards."""
+    name = f"recovery-{uuid.uuid4().hex[:8]}"
+    yield name
+    remove_tenant(docker_client, name)
+
+
+@pytest.fixture
+def door(tmp_path: Path) -> Iterator[EngineDoor]:
+    # A short path: Unix socket paths are limited to about 100 bytes.
+    made = EngineDoor(Path(f"/tmp/gpucloud-door-{os.getpid()}.sock"))  # noqa: S108
+    yield made
+    made.close()
+
+
+def test_an_agent_asks_for_a_reconcile_once_its_engine_answers_again(
+    tmp_path: Path, door: EngineDoor, tenant: str, test_image: str
+) -> None:
+    sent: list[tuple[str, dict[str, Any]]] = []
+    config = AgentConfig(node=NODE, work_dir=tmp_path, docker_url=f"unix://{door.path}", pull_images=False)
+    agent = Executor(config, send=lambda task, **kwargs: sent.append((task, kwargs)))
+    spec = {
+        "node": NODE,
+        "runtime": "docker",
+        "name": "gpucloud-w9-r0-a1",
+        "workload_id": "9",
+        "tenant": tenant,
+        "attempt": 1,
+        "replica": 0,
+        "image": test_image,
+        "command": ["true"],
+        "env": {},
+    }
+    agent.start(spec)  # the engine is down: nothing is reported, the start waits for reconcile
+    assert sent == []
+    assert not wait_until(lambda: sent, timeout=2.5), "nothing is asked while the engine stays down"
+    door.open()
+    assert wait_until(lambda: sent, timeout=10)
+    assert wait_until(lambda: not agent._recovering, timeout=5)
+    assert [task for task, _ in sent] == ["jobs.reconcile"]
+    agent.start({**spec, "name": "gpucloud-w9-r1-a1", "replica": 1})  # the engine answers
+    assert [task for task, _ in sent][-1] == "jobs.replica_started"
+    assert [task for task, _ in sent].count("jobs.reconcile") == 1
