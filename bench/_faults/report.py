@@ -19,6 +19,10 @@ Per fault:
   proof file), the expected lines missing from what the logs endpoint
   returns for that attempt once the observation ends (lines still on their
   way are waited for until `observe_max` after the fault);
+  `log_lines_lost_exited_while_engine_down` (docker-restart): those of them
+  lost from containers that exited while their Docker Engine was down,
+  whose output the restarted engine never reads (a Docker limitation: a
+  container still running at the restart keeps all of it);
 - `converge_s`: seconds from the fault's end to the poll from which no
   invariant was broken until the end (None: never, or not at the end);
 - `restart_to_running_s`: seconds from the restart until every workload
@@ -82,10 +86,11 @@ def _log_figures(
     final: Snapshot | None,
     logs: dict[str, list[dict[str, Any]]] | None,
     proof_dir: Path,
+    exited_while_down: frozenset[tuple[str, int]] = frozenset(),
 ) -> dict[str, Any]:
     if logs is None:
         return {"log_lines_lost": None, "log_lines_expected": None, "log_lines_duplicated": None}
-    expected_total = lost_total = duplicated = 0
+    expected_total = lost_total = duplicated = lost_engine_down = 0
     per_job: dict[str, int] = {}
     for name, lines in logs.items():
         design = designs[name]
@@ -103,8 +108,11 @@ def _log_figures(
             duplicated += sum((stored - expected).values())
             if missing:
                 per_job[f"{name}/a{attempt}"] = missing
+            if (name, attempt) in exited_while_down:
+                lost_engine_down += missing
     return {
         "log_lines_lost": lost_total,
+        "log_lines_lost_exited_while_engine_down": lost_engine_down,
         "log_lines_expected": expected_total,
         "log_lines_duplicated": duplicated,
         "log_lines_lost_by_job": per_job,
@@ -156,7 +164,7 @@ def summarize(**run: Any) -> dict[str, Any]:
         "wrong_state": len(states["wrong_state"]),
         "orphans": len(run["orphans"]),
         "double_allocations": len(observer.double_allocated_gpus) + observer.over_allocation_max,
-        **_log_figures(designs, final, run["logs"], run["proof_dir"]),
+        **_log_figures(designs, final, run["logs"], run["proof_dir"], run.get("exited_while_down", frozenset())),
         "converge_s": observer.converge_seconds(),
         "restart_to_running_s": restart_to_running,
         "max_queued_control_tasks": queues.get("control"),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -71,6 +72,8 @@ class Run:
         self.extra: dict[str, Any] = {}
         self.redis: PrivateRedis | None = None
         self.docker: PrivateDocker | None = None
+        self.down_window: tuple[float, float] | None = None  # wall clock: the component killed, restarted
+        self.exited_while_down: frozenset[tuple[str, int]] = frozenset()  # (job, attempt), docker-restart
         self.image: str | None = None
         self.postgres: PrivatePostgres | None = None
         self.top: Topology | None = None
@@ -183,10 +186,14 @@ class Run:
             ledger.close()
         self.log(f"[{self.run_id}] fault: {self.fault.about} ({target}); {len(watch.names)} workloads not ended")
         killed_at = time.monotonic()
+        self.down_window = (time.time(), float("inf"))
         self._break(target)
         time.sleep(self.settings.down)
         restarted_at = time.monotonic()
         self._repair(target)
+        self.down_window = (self.down_window[0], time.time())
+        # Read now: ended containers are removed once reconcile has their output.
+        self.exited_while_down = self._exited_while_engine_down()
         watch.since = restarted_at
         self.observer.mark_fault_end()
         self.fault_end = restarted_at
@@ -321,9 +328,23 @@ class Run:
             logs=logs,
             proof_dir=self.proof_dir,
             queues=self.sampler.maxima(),
+            exited_while_down=self.exited_while_down,
             extra=self.extra,
             gpus=self.top.gpus,
         )
+
+    def _exited_while_engine_down(self) -> frozenset[tuple[str, int]]:
+        """Return the (job, attempt) whose container exited while the private Docker Engine was down."""
+        if self.docker is None or self.down_window is None or self.submitter is None:
+            return frozenset()
+        begin, end = self.down_window
+        names = {workload_id: name for name, workload_id in self.submitter.accepted.items()}
+        found = set()
+        for container, finished in self.docker.finished_at().items():
+            match = re.fullmatch(r"gpucloud-w(\d+)-r\d+-a(\d+)", container)
+            if match and int(match[1]) in names and begin <= finished <= end:
+                found.add((names[int(match[1])], int(match[2])))
+        return frozenset(found)
 
     def _complete_logs(self, final: Snapshot | None) -> dict[str, list[dict[str, Any]]] | None:
         """Return the jobs' stored lines once none of a finished attempt is missing, or when observing ends.

@@ -11,6 +11,7 @@ restart loses every queued message, as a crashed transport does).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import shutil
 import signal
@@ -229,6 +230,21 @@ class PrivateDocker:
 
     def kill9(self) -> None:
         self.proc.kill9()
+
+    def finished_at(self) -> dict[str, float]:
+        """Return {container name: when it exited, epoch seconds} for every exited container of the engine."""
+        names = self._docker("ps", "-aq", "--filter", "status=exited").stdout.split()
+        if not names:
+            return {}
+        shown = self._docker("inspect", "--format", "{{.Name}} {{.State.FinishedAt}}", *names).stdout
+        found: dict[str, float] = {}
+        for line in shown.splitlines():
+            name, _, stamp = line.strip().partition(" ")
+            with contextlib.suppress(ValueError):
+                # RFC 3339 with nanoseconds; seconds are precise enough to place an exit in an outage.
+                moment = datetime.datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00")
+                found[name.lstrip("/")] = moment.timestamp()
+        return found
 
     def stop(self) -> None:
         """Remove every container and network, stop the daemon, then end whatever of the engine outlived it.

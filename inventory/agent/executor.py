@@ -24,6 +24,7 @@ start is answered with an exit instead of a new container.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -47,6 +48,7 @@ from inventory.drivers.base import (
     TransientDriverError,
     WorkloadSpec,
 )
+from inventory.drivers.timestamps import parse_ns
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,12 @@ READY_TIMEOUT = 600.0
 # While a runtime cannot be reached it is asked again this often; once it answers, the controller is asked
 # to reconcile the node at once rather than at its next period (starts and watches cut short resume).
 RECOVERY_POLL_SECONDS = 1.0
+# What a replica's exit says when it ended while its runtime could not be reached: a Docker Engine reads a
+# container's output, and one restarted after the container exited never reads what was printed meanwhile.
+OUTPUT_GAP_NOTE = (
+    "It exited while the node's container engine was down: what it printed after the engine stopped may be missing."
+)
+_REMEMBERED_OUTAGES = 20
 _REMEMBERED_STOPS = 10_000
 
 
@@ -180,6 +188,8 @@ class Executor:
         self._stopped: OrderedDict[str, None] = OrderedDict()
         self._starting: set[str] = set()
         self._recovering: set[tuple[str, str]] = set()  # runtimes an engine outage is being waited out for
+        # Per runtime, the last outages as [first failure, answered again] in epoch seconds (inf: not yet).
+        self._outages: dict[tuple[str, str], list[list[float]]] = {}
         self._lock = threading.Lock()
 
     def report(self, task: str, **kwargs: Any) -> None:
@@ -217,6 +227,9 @@ class Executor:
             if (kind, node) in self._recovering:
                 return
             self._recovering.add((kind, node))
+            windows = self._outages.setdefault((kind, node), [])
+            windows.append([time.time(), math.inf])
+            del windows[:-_REMEMBERED_OUTAGES]
         threading.Thread(target=self._await_runtime, args=(kind, node), name=f"recover-{node}", daemon=True).start()
 
     def _await_runtime(self, kind: str, node: str) -> None:
@@ -228,11 +241,26 @@ class Executor:
                     break
                 except DriverError:
                     time.sleep(RECOVERY_POLL_SECONDS)
+            with self._lock:
+                self._outages[(kind, node)][-1][1] = time.time()
             log.info("the %s runtime of %s answers again: asking for a reconcile", kind, node)
             self.report("jobs.reconcile")
         finally:
             with self._lock:
                 self._recovering.discard((kind, node))
+
+    def ended_unheard(self, kind: str, node: str, finished_at: str | None) -> bool:
+        """Whether a replica that ended at `finished_at` (RFC 3339) did so while its runtime could not be reached."""
+        if not finished_at:
+            return False
+        try:
+            moment = parse_ns(finished_at) / 1e9
+        except ValueError:
+            return False
+        with self._lock:
+            windows = [tuple(window) for window in self._outages.get((kind, node), [])]
+        # The first failure is noticed a moment after the engine stopped: a second of slack before it.
+        return any(begin - 1.0 <= moment <= end for begin, end in windows)
 
     # --- start ---------------------------------------------------------------
 
@@ -460,12 +488,14 @@ class _Watcher:
             self.executor.runtime_unreachable(self.ref.runtime, self.ref.node)
             return  # reconcile watches it again
         if status.state in ("exited", "missing"):
-            message = "" if status.state == "exited" else "Its container is gone."
+            message = status.message or ("" if status.state == "exited" else "Its container is gone.")
+            if self.executor.ended_unheard(self.ref.runtime, self.ref.node, status.finished_at):
+                message = f"{message} {OUTPUT_GAP_NOTE}".strip()
             self.executor.report(
                 "jobs.replica_exited",
                 **self.ref.ids(),
                 exit_code=status.exit_code,
-                message=status.message or message,
+                message=message,
                 log_cursor=self.cursor,  # where its output ends: the controller checks it stored all of it
             )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import suppress
@@ -20,7 +21,7 @@ import docker
 import pytest
 
 from inventory.agent.config import AgentConfig
-from inventory.agent.executor import Executor
+from inventory.agent.executor import OUTPUT_GAP_NOTE, Executor
 from tests.inventory.drivers.conftest import remove_tenant
 from tests.workers import wait_until
 
@@ -31,11 +32,15 @@ NODE = "recovery-local"
 
 
 class EngineDoor:
-    """A Unix socket at `path` relaying every connection to the Docker Engine while open; absent while closed."""
+    """A Unix socket at `path` relaying every connection to the Docker Engine while open; absent while closed.
+
+    Closing it also cuts the connections it relays, as an engine that dies does.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._listener: socket.socket | None = None
+        self._relayed: list[socket.socket] = []
 
     def open(self) -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -50,6 +55,11 @@ class EngineDoor:
                 self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
             self._listener = None
+        for relayed in self._relayed:
+            with suppress(OSError):
+                relayed.shutdown(socket.SHUT_RDWR)
+            relayed.close()
+        self._relayed.clear()
         with suppress(FileNotFoundError):
             os.unlink(self.path)
 
@@ -61,6 +71,7 @@ class EngineDoor:
                 return
             engine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             engine.connect(ENGINE)
+            self._relayed += [client, engine]
             threading.Thread(target=_pump, args=(client, engine), daemon=True).start()
             threading.Thread(target=_pump, args=(engine, client), daemon=True).start()
 
@@ -116,4 +127,42 @@ def test_an_agent_asks_for_a_reconcile_once_its_engine_answers_again(
     assert [task for task, _ in sent] == ["jobs.reconcile"]
     agent.start({**spec, "name": "gpucloud-w9-r1-a1", "replica": 1})  # the engine answers
     assert [task for task, _ in sent][-1] == "jobs.replica_started"
+    assert wait_until(lambda: exits(sent), timeout=10)
+    assert exits(sent) == [""], "it ended with its engine up: nothing of its output is in doubt"
     assert [task for task, _ in sent].count("jobs.reconcile") == 1
+
+
+def exits(sent: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    return [kwargs["message"] for task, kwargs in sent if task == "jobs.replica_exited"]
+
+
+def test_a_replica_that_ended_while_its_engine_was_down_says_its_output_may_be_missing(
+    tmp_path: Path, door: EngineDoor, tenant: str, test_image: str
+) -> None:
+    sent: list[tuple[str, dict[str, Any]]] = []
+    config = AgentConfig(node=NODE, work_dir=tmp_path, docker_url=f"unix://{door.path}", pull_images=False)
+    agent = Executor(config, send=lambda task, **kwargs: sent.append((task, kwargs)))
+    spec = {
+        "node": NODE,
+        "runtime": "docker",
+        "name": "gpucloud-w8-r0-a1",
+        "workload_id": "8",
+        "tenant": tenant,
+        "attempt": 1,
+        "replica": 0,
+        "image": test_image,
+        "command": ["sh", "-c", "echo before; sleep 1.5; echo after"],
+        "env": {},
+    }
+    door.open()
+    agent.start(spec)
+    handle = next(kwargs["handle"] for task, kwargs in sent if task == "jobs.replica_started")
+    assert wait_until(lambda: any(task == "jobs.ingest_log_batches" for task, _ in sent), timeout=10)
+    door.close()  # the engine is gone while the replica runs on and exits
+    time.sleep(3)
+    door.open()
+    assert wait_until(lambda: any(task == "jobs.reconcile" for task, _ in sent), timeout=10)
+    # The controller's reconcile has the node follow the replica again (`Executor.watch`).
+    agent.watch({**spec, "handle": handle, "log_cursor": ""})
+    assert wait_until(lambda: exits(sent), timeout=10)
+    assert exits(sent) == [OUTPUT_GAP_NOTE]
