@@ -360,6 +360,13 @@ class Executor:
         if thread is not None:
             thread.start()
 
+    def forget(self, watcher: _Watcher) -> None:
+        """Drop `watcher`, which ended, unless a newer watcher of its replica took its place."""
+        with self._lock:
+            if self._followers.get(watcher.ref.name) is watcher:
+                del self._followers[watcher.ref.name]
+                self._watchers.pop(watcher.ref.name, None)
+
     # --- stop ------------------------------------------------------------------
 
     def stop(self, message: dict[str, Any]) -> None:
@@ -471,8 +478,17 @@ class _Watcher:
         self.lines: queue.Queue[tuple[str, str, str, str] | None] = queue.Queue()
         # Set when a newer watcher of the same replica took over (`Executor.watch_handle(resend=True)`).
         self.superseded = threading.Event()
+        self.ended = threading.Event()
 
     def run(self) -> None:
+        """Follow the replica to its end; then the executor forgets this watcher (an agent runs for months)."""
+        try:
+            self._follow()
+        finally:
+            self.ended.set()
+            self.executor.forget(self)
+
+    def _follow(self) -> None:
         runtime = self.executor.runtime(self.ref.runtime, self.ref.node)
         if self.ready_path and self.handle.get("endpoint"):
             threading.Thread(target=self._await_ready, name=f"ready-{self.ref.name}", daemon=True).start()
@@ -573,7 +589,7 @@ class _Watcher:
                         return
             except (urllib.error.URLError, OSError, ValueError):
                 pass
-            if not self.executor._watchers.get(self.ref.name, threading.current_thread()).is_alive():
+            if self.ended.is_set() or self.superseded.is_set():
                 return
             time.sleep(0.1)
 

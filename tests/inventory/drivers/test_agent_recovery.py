@@ -129,6 +129,7 @@ def test_an_agent_asks_for_a_reconcile_once_its_engine_answers_again(
     assert [task for task, _ in sent][-1] == "jobs.replica_started"
     assert wait_until(lambda: exits(sent), timeout=10)
     assert exits(sent) == [""], "it ended with its engine up: nothing of its output is in doubt"
+    assert wait_until(lambda: not agent._watchers and not agent._followers), "ended watchers are forgotten"
     assert [task for task, _ in sent].count("jobs.reconcile") == 1
 
 
