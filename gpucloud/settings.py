@@ -48,6 +48,7 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+CSRF_FAILURE_VIEW = "gpucloud.views.csrf_failure"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -376,13 +377,15 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "gpucloud.api.pagination.Pagination",
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "gpucloud.api.filters.FilterBackend",
         "rest_framework.filters.OrderingFilter",
         "rest_framework.filters.SearchFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "gpucloud.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # JSON only: one encoding with real types (a form's "" and "true" are not an integer, null or a boolean).
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
@@ -393,9 +396,16 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "/static/vendor/swagger-ui",
     "SWAGGER_UI_FAVICON_HREF": "/static/gpucloud/favicon.svg",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "gpucloud.api.schema.add_error_responses",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "MembershipRoleEnum": "tenants.choices.MEMBERSHIP_ROLES",
         "RoleEnum": "tenants.choices.Role",
+        "NodeKindEnum": "inventory.choices.NodeKind",
+        "WorkloadKindEnum": "jobs.choices.WorkloadKind",
+        "WorkloadStateEnum": "jobs.choices.WorkloadState",
     },
 }
 

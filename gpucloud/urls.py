@@ -21,6 +21,8 @@ api_v1: list[URLPattern | URLResolver] = [
     path("", include(jobs_api.platform.urls)),
 ]
 
+handler500 = "gpucloud.views.server_error"
+
 urlpatterns = [
     path("api/v1/", include((api_v1, "api"))),
     re_path(r"^api/", views.api_not_found),

@@ -1,10 +1,12 @@
-"""Project-level endpoints: health, Prometheus metrics and the API's catch-all 404."""
+"""Project-level endpoints: health, Prometheus metrics, and the API's catch-all 404 and its 500."""
 
 from __future__ import annotations
 
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import csrf, defaults
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
 from gpucloud.api.errors import error_body
@@ -36,6 +38,27 @@ def metrics(request: HttpRequest) -> HttpResponse:
     return HttpResponse(body, content_type=content_type)
 
 
+def server_error(request: HttpRequest) -> HttpResponse:
+    """handler500: under /api/ the API's JSON envelope with the request id, elsewhere Django's page.
+
+    Reached by any exception nothing else handled (in a view, a serializer,
+    a middleware), after Django logged it with its traceback.
+    """
+    if request.path.startswith("/api/"):
+        message = "An unexpected error occurred; quote the request id to an operator."
+        return JsonResponse(error_body("server_error", message), status=500)
+    return defaults.server_error(request)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF_FAILURE_VIEW: under /api/ the API's JSON 403, elsewhere Django's page."""
+    if request.path.startswith("/api/"):
+        message = f"CSRF check failed: {reason or 'missing or wrong token'}. API clients use a bearer token."
+        return JsonResponse(error_body("csrf_failed", message), status=403)
+    return csrf.csrf_failure(request, reason=reason)
+
+
+@csrf_exempt  # it changes nothing; a CSRF refusal would answer an unknown path with an HTML page
 def api_not_found(request: HttpRequest) -> JsonResponse:
     """Answer unknown API paths in the API's error format rather than with an HTML page."""
     return JsonResponse(error_body("not_found", "No such API endpoint."), status=404)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import django_filters
 
+from gpucloud.api.filters import StrictFilterSet
 from tenants.models import AuditEvent
 
 
-class AuditEventFilter(django_filters.FilterSet):
+class AuditEventFilter(StrictFilterSet):
     """Filter audit events by action, object, actor, request and time range."""
 
     since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")

@@ -12,12 +12,14 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError
+from django.db import DataError, IntegrityError
 from django.http import Http404
 from rest_framework import exceptions, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
 
 from gpucloud.errors import Conflict
 from tenants.context import current_request_info
@@ -71,14 +73,33 @@ def _validation_response(detail: Any) -> Response:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Translate domain, Django and DRF exceptions into the API's error envelope."""
+    """Translate domain, Django and DRF exceptions into the API's error envelope, always as JSON.
+
+    A route that also renders text (a log download asked for as text/plain)
+    still answers its errors in JSON: the client reads one error format.
+    """
+    response = _error_response(exc, context)
+    request = context.get("request")
+    if response is not None and request is not None:
+        request.accepted_renderer = JSONRenderer()
+        request.accepted_media_type = JSONRenderer.media_type
+    return response
+
+
+def _error_response(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DjangoValidationError):
         return _validation_response(as_serializer_error(exc))
     if isinstance(exc, exceptions.ValidationError):
         return _validation_response(exc.detail)
     if isinstance(exc, Conflict):
         return Response(error_body(exc.code, exc.message, details=exc.details), status=409)
+    if isinstance(exc, OverflowError | DataError):
+        # A value past a column's range that no field bounded (fields do: gpucloud.api.fields); still the
+        # client's input, not a server fault.
+        set_rollback()
+        return Response(error_body("out_of_range", "A value is out of the range the database stores."), status=400)
     if isinstance(exc, IntegrityError):
+        set_rollback()
         return Response(
             error_body("conflict", "The change clashes with a concurrent one; reload and try again."), status=409
         )

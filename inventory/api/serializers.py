@@ -7,6 +7,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from gpucloud.api.fields import Integer
 from inventory.choices import NodeKind, PlacementPolicy, RuntimeKind
 from inventory.models import Gpu, Node, NodeEvent, NodePool
 from tenants.api.fields import ScopedSlugField
@@ -19,13 +20,13 @@ def _tenants(context: dict[str, Any]) -> Any:
 
 class GpuCapacitySerializer(serializers.Serializer):
     model = serializers.CharField()
-    total = serializers.IntegerField()
-    free = serializers.IntegerField()
+    total = Integer()
+    free = Integer()
 
 
 class NodePoolSerializer(serializers.ModelSerializer):
     dedicated_tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="slug", read_only=True
+        slug_field="slug", read_only=True, allow_null=True
     )
 
     class Meta:
@@ -59,8 +60,8 @@ class NodeSerializer(serializers.ModelSerializer):
     agent_queue = serializers.CharField(read_only=True)
     simulated = serializers.BooleanField(source="is_simulated", read_only=True)
     isolated = serializers.SerializerMethodField()
-    gpu_count = serializers.IntegerField(read_only=True, default=None)
-    failed_gpu_count = serializers.IntegerField(read_only=True, default=None)
+    gpu_count = Integer(read_only=True, default=None)
+    failed_gpu_count = Integer(read_only=True, default=None)
 
     class Meta:
         model = Node
@@ -89,9 +90,9 @@ class NodeCreateSerializer(serializers.Serializer):
     runtime = serializers.ChoiceField(choices=RuntimeKind.choices, default=RuntimeKind.DOCKER)
     address = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
     labels = serializers.DictField(child=serializers.CharField(max_length=255, allow_blank=True), required=False)
-    cpu_cores = serializers.IntegerField(min_value=0, max_value=100_000, required=False, default=0)
-    memory_mb = serializers.IntegerField(min_value=0, max_value=1 << 40, required=False, default=0)
-    simulated_gpu_count = serializers.IntegerField(min_value=0, max_value=64, required=False, default=0)
+    cpu_cores = Integer(min_value=0, max_value=100_000, required=False, default=0)
+    memory_mb = Integer(min_value=0, max_value=1 << 40, required=False, default=0)
+    simulated_gpu_count = Integer(min_value=0, max_value=64, required=False, default=0)
     simulated_gpu_model = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
 
 

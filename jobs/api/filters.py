@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import django_filters
 
+from gpucloud.api.filters import StrictFilterSet
 from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Workload
 
 
-class WorkloadFilter(django_filters.FilterSet):
+class WorkloadFilter(StrictFilterSet):
     """Filter workloads by state, kind, project slug and owner username."""
 
     state = django_filters.ChoiceFilter(choices=WorkloadState.choices)

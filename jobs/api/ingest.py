@@ -109,8 +109,11 @@ def _accepts(field: Field) -> Callable[[Any], bool]:
         return _text_test(field)
     if isinstance(field, IntegerField):
         nullable = field.allow_null
+        # The field's own bounds (gpucloud.api.fields.Integer always has them); a 64-bit range otherwise.
+        lowest = -_LARGEST_INTEGER if field.min_value is None else field.min_value
+        highest = _LARGEST_INTEGER - 1 if field.max_value is None else field.max_value
         return lambda v: (v is None and nullable) or (
-            isinstance(v, int) and not isinstance(v, bool) and -_LARGEST_INTEGER < v < _LARGEST_INTEGER
+            isinstance(v, int) and not isinstance(v, bool) and lowest <= v <= highest
         )
     if isinstance(field, ListField):
         child = _accepts(field.child)

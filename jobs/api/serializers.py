@@ -5,9 +5,9 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from gpucloud.api.fields import Integer, ObjectId
 from inventory.models import NodePool
 from inventory.selectors import pools_open_to_tenant
 from jobs.choices import PriorityClass, WorkloadKind, WorkloadState
@@ -19,16 +19,13 @@ from tenants.models import Tenant
 from tenants.selectors import projects_in_scope
 
 
-# Nodes also have fields named `kind` and `state`, and drf-spectacular names
-# every enum after its field: the two would collide (a schema warning CI
-# refuses), so the choices are listed in the description instead.
-@extend_schema_field({"type": "string", "description": f"One of: {', '.join(WorkloadKind.values)}."})
+# Nodes also have fields named `kind` and `state`: ENUM_NAME_OVERRIDES (settings) gives the workload's
+# enums names of their own, so both sides keep a real enum in the schema.
 class WorkloadKindField(serializers.ChoiceField):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(choices=WorkloadKind.choices, **kwargs)
 
 
-@extend_schema_field({"type": "string", "description": f"One of: {', '.join(WorkloadState.values)}."})
 class WorkloadStateField(serializers.ChoiceField):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(choices=WorkloadState.choices, **kwargs)
@@ -51,7 +48,7 @@ class WorkloadItemSerializer(serializers.Serializer):
     that the two can be told apart, fields left out stay out of the data.
     """
 
-    preset = serializers.IntegerField(required=False, help_text="A launch preset's id: its fields are defaults.")
+    preset = ObjectId(required=False, help_text="A launch preset's id: its fields are defaults.")
     kind = WorkloadKindField(required=False)
     name = serializers.CharField(max_length=63)
     image = serializers.CharField(max_length=255, required=False)
@@ -59,17 +56,15 @@ class WorkloadItemSerializer(serializers.Serializer):
         child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
     )
     env = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False)
-    gpus_per_replica = serializers.IntegerField(required=False, help_text="Default 1.")
-    replicas = serializers.IntegerField(required=False, help_text="Default 1.")
+    gpus_per_replica = Integer(required=False, help_text="Default 1.")
+    replicas = Integer(required=False, help_text="Default 1.")
     gpu_models = serializers.ListField(child=serializers.CharField(), required=False)
     pool = serializers.CharField(max_length=40, required=False)
-    cpu_milli = serializers.IntegerField(required=False, help_text="Default 1000.")
-    memory_mib = serializers.IntegerField(required=False, help_text="Default 4096.")
+    cpu_milli = Integer(required=False, help_text="Default 1000.")
+    memory_mib = Integer(required=False, help_text="Default 4096.")
     priority_class = serializers.ChoiceField(choices=PriorityClass.choices, required=False)
-    max_runtime_seconds = serializers.IntegerField(
-        required=False, allow_null=True, help_text="Default: the quota's maximum."
-    )
-    requeue_limit = serializers.IntegerField(required=False, help_text="Default 3.")
+    max_runtime_seconds = Integer(required=False, allow_null=True, help_text="Default: the quota's maximum.")
+    requeue_limit = Integer(required=False, help_text="Default 3.")
 
 
 def _resolve_pools(items: list[dict[str, Any]], context: dict[str, Any], prefix: str) -> None:
@@ -177,7 +172,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
 class AllocationSerializer(serializers.ModelSerializer):
     node = serializers.CharField(source="node.name", read_only=True)
-    gpu_index = serializers.IntegerField(source="gpu.index", read_only=True, allow_null=True, default=None)
+    gpu_index = Integer(source="gpu.index", read_only=True, allow_null=True, default=None)
     gpu_uuid = serializers.CharField(source="gpu.uuid", read_only=True, allow_null=True, default=None)
     gpu_model = serializers.CharField(source="gpu.model", read_only=True, allow_null=True, default=None)
 
@@ -208,7 +203,7 @@ class WorkloadDetailSerializer(WorkloadSerializer):
 class BulkResultSerializer(serializers.Serializer):
     """The workloads of a bulk submission, in the order submitted."""
 
-    count = serializers.IntegerField(read_only=True)
+    count = Integer(read_only=True)
     results = WorkloadSerializer(many=True, read_only=True)
 
 
@@ -220,24 +215,24 @@ MAX_LOG_LINES = 5000
 class LogQuerySerializer(serializers.Serializer):
     """Query of a workload's log: the lines after `since`, or the last `limit` lines without it."""
 
-    since = serializers.IntegerField(required=False, min_value=0, help_text="Return lines numbered above this.")
-    limit = serializers.IntegerField(default=1000, min_value=1, max_value=MAX_LOG_LINES)
+    since = Integer(required=False, min_value=0, help_text="Return lines numbered above this.")
+    limit = Integer(default=1000, min_value=1, max_value=MAX_LOG_LINES)
 
 
 class LogLineSerializer(serializers.Serializer):
-    seq = serializers.IntegerField(read_only=True)
+    seq = Integer(read_only=True)
     timestamp = serializers.CharField(read_only=True)
     stream = serializers.CharField(read_only=True)
     text = serializers.CharField(read_only=True)
-    attempt = serializers.IntegerField(read_only=True)
-    replica = serializers.IntegerField(read_only=True)
+    attempt = Integer(read_only=True)
+    replica = Integer(read_only=True)
 
 
 class LogPageSerializer(serializers.Serializer):
     """A page of a workload's log; poll with `since=next_since` until `complete`."""
 
     lines = LogLineSerializer(many=True, read_only=True)
-    next_since = serializers.IntegerField(read_only=True)
+    next_since = Integer(read_only=True)
     complete = serializers.BooleanField(read_only=True)
 
     def to_representation(self, instance: Any) -> dict[str, Any]:
@@ -251,9 +246,11 @@ def _tenants(context: dict[str, Any]) -> Any:
 
 
 class AllowedImageSerializer(serializers.ModelSerializer):
-    """An allowed image pattern; `tenant` is empty for a platform-wide one."""
+    """An allowed image pattern; `tenant` is null for a platform-wide one."""
 
-    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = AllowedImage
@@ -291,12 +288,12 @@ class LaunchPresetInputSerializer(serializers.Serializer):
         child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
     )
     pool = serializers.CharField(max_length=40)
-    gpus_per_replica = serializers.IntegerField(required=False)
-    replicas = serializers.IntegerField(required=False)
-    cpu_milli = serializers.IntegerField(required=False)
-    memory_mib = serializers.IntegerField(required=False)
-    idle_timeout_seconds = serializers.IntegerField(required=False, allow_null=True)
-    max_runtime_seconds = serializers.IntegerField(required=False, allow_null=True)
+    gpus_per_replica = Integer(required=False)
+    replicas = Integer(required=False)
+    cpu_milli = Integer(required=False)
+    memory_mib = Integer(required=False)
+    idle_timeout_seconds = Integer(required=False, allow_null=True)
+    max_runtime_seconds = Integer(required=False, allow_null=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "pool" in attrs:

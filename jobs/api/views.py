@@ -77,7 +77,6 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
     filterset_class = WorkloadFilter
     ordering_fields = ["submitted_at", "state", "queue_position", "name"]
     search_fields = ["name"]
-    lookup_value_regex = r"[0-9]+"
 
     def scoped_queryset(self) -> QuerySet[Workload]:
         if self.action == "retrieve":
@@ -177,7 +176,6 @@ class AllowedImageEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, Pla
 
     serializer_class = s.AllowedImageSerializer
     read_role = Role.OPERATOR
-    lookup_value_regex = r"[0-9]+"
     filterset_fields = ["notebook"]
     search_fields = ["pattern", "description"]
 
@@ -217,7 +215,6 @@ class LaunchPresetEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy
     """A tenant's launch presets: everyone in the tenant reads, tenant admins write."""
 
     serializer_class = s.LaunchPresetSerializer
-    lookup_value_regex = r"[0-9]+"
     ordering_fields = ["name", "created_at"]
     search_fields = ["name", "description", "image"]
 

@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
+from gpucloud.api.types import type_errors
 from tenants.authentication import token_membership_role
 from tenants.choices import Role
 from tenants.context import Actor
@@ -71,6 +72,9 @@ def actor_of(request: Request) -> Actor:
     return Actor(user=request.user if request.user.is_authenticated else None, token=token)
 
 
+ID_PATTERN = r"[0-9]{1,18}"
+
+
 class BaseViewSet(GenericViewSet):
     """Common machinery. Use TenantViewSet or PlatformViewSet, never this directly."""
 
@@ -85,6 +89,10 @@ class BaseViewSet(GenericViewSet):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        endpoint = cls.__module__ != __name__  # not TenantViewSet or PlatformViewSet themselves
+        if endpoint and getattr(cls, "lookup_field", "pk") in ("pk", "id") and "lookup_value_regex" not in cls.__dict__:
+            # Ids are positive 64-bit integers: a longer or other path is no route (404), never a database error.
+            setattr(cls, "lookup_value_regex", ID_PATTERN)  # noqa: B010  # read by DRF's router, declared by none
         if cls.__module__ != __name__:
             overridden = [name for name in _SEALED if name in cls.__dict__]
             if overridden:
@@ -117,9 +125,19 @@ class BaseViewSet(GenericViewSet):
     def validated_input(
         self, serializer_class: type[serializers.Serializer], *, partial: bool = False
     ) -> dict[str, Any]:
-        """Validate the request body with `serializer_class` and return its data; raises ValidationError."""
-        serializer = serializer_class(data=self.request.data, partial=partial, context=self.get_serializer_context())
-        serializer.is_valid(raise_exception=True)
+        """Validate the request body with `serializer_class` and return its data.
+
+        Raises ValidationError naming every failing field at once: values of
+        the wrong JSON type (`gpucloud.api.types`, which DRF would coerce)
+        and whatever the serializer refuses.
+        """
+        data = self.request.data
+        serializer = serializer_class(data=data, partial=partial, context=self.get_serializer_context())
+        valid = serializer.is_valid()
+        wrong_types = type_errors(serializer, data)
+        if wrong_types or not valid:
+            errors = dict(serializer.errors) if not valid else {}
+            raise serializers.ValidationError({**errors, **wrong_types})
         return dict(serializer.validated_data)
 
     def respond(self, obj: Model, status: int = 200) -> Response:

@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
+from gpucloud.api.fields import Integer
 from inventory.selectors import pools_open_to_tenant
 from tenants.api.fields import ScopedSlugField
 from tenants.choices import MEMBERSHIP_ROLES, Role
@@ -77,7 +78,9 @@ class MembershipSerializer(serializers.ModelSerializer):
 
 class MembershipCreateSerializer(serializers.Serializer):
     username = serializers.CharField(max_length=150)
-    email = serializers.EmailField(required=False, allow_blank=True)
+    email = serializers.EmailField(
+        required=False, help_text="The tenant's contact address for them; leave out for none."
+    )
     role = serializers.ChoiceField(choices=MEMBERSHIP_ROLES, default=Role.MEMBER)
 
 
@@ -89,12 +92,12 @@ class MembershipUpdateSerializer(serializers.Serializer):
 class QuotaNumbersSerializer(serializers.Serializer):
     """The numbers of a quota; ranges and cross-quota rules are checked by the services."""
 
-    guaranteed = serializers.IntegerField(required=False)
-    limit = serializers.IntegerField(required=False)
-    weight = serializers.IntegerField(required=False)
-    max_notebooks_per_user = serializers.IntegerField(required=False, allow_null=True)
-    max_pending_workloads = serializers.IntegerField(required=False, allow_null=True)
-    max_runtime_seconds = serializers.IntegerField(required=False, allow_null=True)
+    guaranteed = Integer(required=False)
+    limit = Integer(required=False)
+    weight = Integer(required=False)
+    max_notebooks_per_user = Integer(required=False, allow_null=True)
+    max_pending_workloads = Integer(required=False, allow_null=True)
+    max_runtime_seconds = Integer(required=False, allow_null=True)
 
 
 QUOTA_FIELDS = [
@@ -138,7 +141,10 @@ class ProjectQuotaCreateSerializer(QuotaNumbersSerializer):
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
-    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    # Null for an operator token, which belongs to no tenant.
+    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True
+    )
     owner = serializers.CharField(source="user.username", read_only=True)
 
     class Meta:
@@ -162,7 +168,7 @@ class ApiTokenCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=80)
     tenant = ScopedSlugField(selector=_visible_tenants, required=False, allow_null=True, default=None)
     role = serializers.ChoiceField(choices=Role.choices)
-    expires_in_days = serializers.IntegerField(default=90, min_value=1, max_value=settings.API_TOKEN_MAX_DAYS)
+    expires_in_days = Integer(default=90, min_value=1, max_value=settings.API_TOKEN_MAX_DAYS)
 
 
 class IssuedTokenSerializer(ApiTokenSerializer):
@@ -176,7 +182,7 @@ class IssuedTokenSerializer(ApiTokenSerializer):
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    tenant = serializers.IntegerField(source="tenant_id", read_only=True)
+    tenant = Integer(source="tenant_id", read_only=True, allow_null=True)  # null: platform-wide
     actor = serializers.CharField(source="actor_label", read_only=True)
 
     class Meta:

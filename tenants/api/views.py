@@ -10,6 +10,7 @@ from rest_framework import mixins, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from gpucloud.api.schema import SingleObjectSchema
 from tenants import selectors, services
 from tenants.api import serializers as s
 from tenants.api.base import PlatformViewSet, TenantViewSet
@@ -173,6 +174,7 @@ class TenantTokenEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
     def scoped_queryset(self) -> QuerySet[ApiToken]:
         return ApiToken.objects.select_related("user", "tenant")
 
+    @extend_schema(responses={200: s.ApiTokenSerializer})
     def destroy(self, request: Request, tenant: str, pk: str) -> Response:
         return self.respond(services.revoke_token(actor=self.actor, token=self.get_object()))
 
@@ -221,6 +223,7 @@ class TokenEndpoint(*_READ, PlatformViewSet):  # type: ignore[misc]
         body["secret"] = issued.secret
         return Response(body, status=status.HTTP_201_CREATED)
 
+    @extend_schema(responses={200: s.ApiTokenSerializer})
     def destroy(self, request: Request, pk: str) -> Response:
         return self.respond(services.revoke_token(actor=self.actor, token=self.get_object()))
 
@@ -230,6 +233,10 @@ class MeEndpoint(PlatformViewSet):
 
     serializer_class = s.MeSerializer
     queryset = Membership.all_tenants.none()  # only names the model for the OpenAPI schema
+    # One object, not a page: nothing to paginate, filter or order.
+    pagination_class = None
+    filter_backends: list[Any] = []
+    schema = SingleObjectSchema()
 
     @extend_schema(responses=s.MeSerializer)
     def list(self, request: Request) -> Response:

@@ -259,7 +259,7 @@ def test_a_start_the_engine_died_in_is_made_afresh_at_once(
                 raise docker.errors.APIError("500", explanation=f"task {container}: already exists")
             return start(container, *args, **kwargs)
 
-        real.api.start = stale_once  # type: ignore[method-assign]
+        real.api.start = stale_once  # type: ignore[method-assign,assignment]
         return real
 
     runtime = DockerRuntime(client_factory=client)
