@@ -86,37 +86,37 @@ class NodeEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformVie
         extra = self.validated_input(s.ReasonSerializer) if with_reason else {}
         return self.respond(self._fresh(service(actor=self.actor, node=self.get_object(), **extra)))
 
-    @extend_schema(request=None, responses={200: s.NodeSerializer, 409: None})
+    @extend_schema(request=None, responses={200: s.NodeSerializer})
     @action(detail=True, methods=["post"])
     def provision(self, request: Request, name: str) -> Response:
         """Start provisioning: probe runtime and GPUs through the agent, run the health check."""
         return self._act(services.provision_node, with_reason=False)
 
-    @extend_schema(request=s.ReasonSerializer, responses={200: s.NodeSerializer, 409: None})
+    @extend_schema(request=s.ReasonSerializer, responses={200: s.NodeSerializer})
     @action(detail=True, methods=["post"])
     def cordon(self, request: Request, name: str) -> Response:
         """Stop new placements on the node; `reason` required."""
         return self._act(services.cordon_node)
 
-    @extend_schema(request=None, responses={200: s.NodeSerializer, 409: None})
+    @extend_schema(request=None, responses={200: s.NodeSerializer})
     @action(detail=True, methods=["post"])
     def uncordon(self, request: Request, name: str) -> Response:
         """Return a cordoned, draining or maintenance node to service."""
         return self._act(services.uncordon_node, with_reason=False)
 
-    @extend_schema(request=s.ReasonSerializer, responses={200: s.NodeSerializer, 409: None})
+    @extend_schema(request=s.ReasonSerializer, responses={200: s.NodeSerializer})
     @action(detail=True, methods=["post"])
     def drain(self, request: Request, name: str) -> Response:
         """Stop placements; the node reaches maintenance once nothing holds its GPUs. `reason` required."""
         return self._act(services.drain_node)
 
-    @extend_schema(request=s.ReasonSerializer, responses={200: s.NodeSerializer, 409: None})
+    @extend_schema(request=s.ReasonSerializer, responses={200: s.NodeSerializer})
     @action(detail=True, methods=["post"])
     def maintenance(self, request: Request, name: str) -> Response:
         """Enter maintenance (through draining) when nothing holds the node's GPUs; `reason` required."""
         return self._act(services.enter_maintenance)
 
-    @extend_schema(request=s.ReasonSerializer, responses={200: s.NodeSerializer, 409: None})
+    @extend_schema(request=s.ReasonSerializer, responses={200: s.NodeSerializer})
     @action(detail=True, methods=["post"])
     def retire(self, request: Request, name: str) -> Response:
         """Take the node out of the cloud for good."""

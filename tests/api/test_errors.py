@@ -92,3 +92,97 @@ def test_swagger_ui_is_served_from_local_static_files(world: World) -> None:
     html = response.content.decode()
     assert "/static/vendor/swagger-ui/swagger-ui-bundle.js" in html
     assert "cdn." not in html and "unpkg" not in html and "jsdelivr" not in html
+
+
+def test_an_unhandled_error_under_the_api_answers_the_json_500_envelope(world: World, monkeypatch) -> None:
+    from tenants import selectors
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(selectors, "memberships_of_user", broken)
+    client = client_for(world.admin_a)
+    client.raise_request_exception = False  # as a real server: the handler answers, the test client would raise
+    response = client.get("/api/v1/me/")
+    assert response.status_code == 500
+    assert response["Content-Type"] == "application/json"
+    error = _envelope(response)
+    assert error["code"] == "server_error"
+    assert "a bug" not in response.content.decode(), "nothing of the error itself reaches the client"
+
+
+def test_numbers_past_the_databases_range_are_400s_naming_the_field(world: World) -> None:
+    from tests.jobs.factories import add_node, assign
+
+    add_node(world, "n-range", gpus=1)
+    assign(world.member_a, world.project_a)
+    member = client_for(world.member_a)
+    body = {"project": "alpha", "pool": "shared", "name": "x", "image": "busybox:1", "preset": 2**70}
+    single = member.post("/api/v1/tenants/tenant-a/workloads/", body, format="json")
+    assert single.status_code == 400, single.content
+    assert "preset" in _envelope(single)["fields"]
+    items = [{"name": "x", "image": "busybox:1", "gpus_per_replica": 2**40}]
+    bulk = member.post(
+        "/api/v1/tenants/tenant-a/workloads/bulk/",
+        {"project": "alpha", "pool": "shared", "items": items},
+        format="json",
+    )
+    assert bulk.status_code == 400, bulk.content
+    assert any("gpus_per_replica" in name for name in _envelope(bulk)["fields"])
+    quota = client_for(world.operator).patch(
+        f"/api/v1/tenants/tenant-a/quotas/{world.quota_a.pk}/", {"limit": 2**63, "weight": -(2**63)}, format="json"
+    )
+    assert quota.status_code == 400, quota.content
+    assert {"limit", "weight"} <= set(_envelope(quota)["fields"]), "every failing field at once"
+
+
+def test_ids_and_filters_past_the_databases_range_are_refused_cleanly(world: World) -> None:
+    operator = client_for(world.operator)
+    long_id = operator.get(f"/api/v1/tenants/tenant-a/workloads/{2**70}/")
+    assert long_id.status_code == 404 and _envelope(long_id)["code"] == "not_found"
+    huge_filter = operator.get(f"/api/v1/audit-events/?tenant={2**70}")
+    assert huge_filter.status_code == 400, huge_filter.content
+    _envelope(huge_filter)
+    page = operator.get("/api/v1/tenants/?page=0&page_size=501")
+    assert page.status_code == 400
+    assert {"page", "page_size"} & set(_envelope(page)["fields"])
+
+
+def test_values_of_the_wrong_json_type_are_refused_not_coerced(world: World) -> None:
+    admin = client_for(world.admin_a)
+    response = admin.post(
+        "/api/v1/tenants/tenant-a/projects/", {"slug": "fresh", "name": 12, "description": ["x"]}, format="json"
+    )
+    assert response.status_code == 400
+    assert set(_envelope(response)["fields"]) == {"name", "description"}
+    listed = admin.get("/api/v1/tenants/?is_active=maybe")
+    assert listed.status_code in (400, 403)  # tenant admins may not list tenants; operators get the 400
+    assert client_for(world.operator).get("/api/v1/tenants/?is_active=maybe").status_code == 400
+
+
+def test_a_form_body_is_refused_the_api_reads_json(world: World) -> None:
+    response = client_for(world.admin_a).post("/api/v1/tenants/tenant-a/projects/", {"slug": "f", "name": "F"})
+    assert response.status_code == 415
+    assert _envelope(response)["code"] == "unsupported_media_type"
+
+
+def test_the_schema_tells_nullable_fields_and_single_objects_as_they_are(world: World) -> None:
+    schema = json.loads(client_for(world.admin_a).get("/api/v1/schema/?format=json").content)
+    components = schema["components"]["schemas"]
+    for component, field in [
+        ("NodePool", "dedicated_tenant"),
+        ("ApiToken", "tenant"),
+        ("IssuedToken", "tenant"),
+        ("AuditEvent", "tenant"),
+        ("AllowedImage", "tenant"),
+    ]:
+        assert components[component]["properties"][field].get("nullable") is True, (component, field)
+    me = schema["paths"]["/api/v1/me/"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert me == {"$ref": "#/components/schemas/Me"}
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            errors = {status for status in operation["responses"] if status.startswith(("4", "5"))}
+            assert {"401", "403", "500"} <= errors, (method, path)
+            for status in errors:
+                content = operation["responses"][status]["content"]["application/json"]["schema"]
+                assert content == {"$ref": "#/components/schemas/Error"}, (method, path, status)
