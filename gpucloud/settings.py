@@ -385,7 +385,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "gpucloud.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # JSON only: one encoding with real types (a form's "" and "true" are not an integer, null or a boolean).
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["gpucloud.api.parsers.JSONParser"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {

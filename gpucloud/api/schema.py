@@ -8,7 +8,7 @@ component). Which statuses an operation can return follows from its shape:
 - 404 when its path names an object (or a tenant), or it lists (a page
   past the last one);
 - 409 when it writes (a concurrent change, a state that forbids it);
-- 415 when it takes a body (JSON only);
+- 413 and 415 when it takes a body (JSON only, at most 16 MiB);
 - 500 always (with a request id to quote).
 """
 
@@ -53,6 +53,7 @@ _DESCRIPTIONS = {
     "403": "The credential's role does not allow this.",
     "404": "No such object within the credential's reach.",
     "409": "The change conflicts with the object's state or a concurrent change.",
+    "413": "The body is larger than the API reads (16 MiB).",
     "415": "The body is not JSON (Content-Type: application/json).",
     "500": "An unexpected error; the request id identifies it in the logs.",
 }
@@ -67,7 +68,7 @@ def error_statuses(method: str, operation: dict[str, Any]) -> list[str]:
     if "requestBody" in operation or "query" in kinds or method in _WRITES - {"delete"}:
         statuses.append("400")
     if "requestBody" in operation:
-        statuses.append("415")
+        statuses += ["413", "415"]
     if "path" in kinds or lists:
         statuses.append("404")
     if method in _WRITES:

@@ -1,11 +1,13 @@
-"""JSON types, checked before DRF coerces them.
+"""JSON types and sizes, checked before DRF coerces them.
 
 DRF's fields take `0` for a string, `"12"` and `12.0` for an integer and a
 mapping for a list (its keys), so a client that sends the wrong type gets
 its request carried out with something it did not mean, and the published
 schema's types are not what the API enforces. `type_errors` holds a body
-to the types of the serializer's fields; `BaseViewSet.validated_input`
-reports them together with the serializer's own errors.
+to the types of the serializer's fields, and bounds what a field leaves
+unbounded (a string MAX_TEXT characters, a list MAX_ITEMS items);
+`BaseViewSet.validated_input` reports them together with the serializer's
+own errors.
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework import relations, serializers
+
+MAX_TEXT = 64 * 1024
+"""Characters of a string whose field sets no max_length (a command's argument, an env value)."""
+MAX_ITEMS = 10_000
+"""Items of a list whose field sets no max_length."""
 
 # (field class, the JSON types it takes, what to tell the client); the first class that matches decides.
 _RULES: list[tuple[type[Any], tuple[type, ...], str]] = [
@@ -65,13 +72,19 @@ def _value_errors(field: Any, value: Any, path: str) -> dict[str, list[str]]:
     for kind, accepted, message in _RULES:
         if isinstance(field, kind):
             wrong = not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted)
-            return {path: [message]} if wrong else {}
+            if wrong:
+                return {path: [message]}
+            break
+    if isinstance(value, str) and getattr(field, "max_length", None) is None and len(value) > MAX_TEXT:
+        return {path: [f"At most {MAX_TEXT} characters."]}
     return {}
 
 
 def _list_errors(value: Any, path: str, check: Any) -> dict[str, list[str]]:
     if not isinstance(value, list):
         return {path: ["Must be a list."]}
+    if len(value) > MAX_ITEMS:
+        return {path: [f"At most {MAX_ITEMS} items."]}
     found: dict[str, list[str]] = {}
     for index, item in enumerate(value):
         found.update(check(item, f"{path}[{index}]"))

@@ -52,6 +52,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.serializers import CharField, ChoiceField, DictField, Field, IntegerField, ListField
 
 from gpucloud.api.errors import error_body, exception_handler
+from gpucloud.api.parsers import MAX_BODY_BYTES as API_MAX_BODY_BYTES
 from gpucloud.asgitypes import ASGIApp, Message, Receive, Scope, Send
 from gpucloud.groupcommit import GroupCommit
 from inventory.models import NodePool
@@ -68,8 +69,8 @@ from tenants.services.tokens import authenticate_secrets, token_membership_role
 log = logging.getLogger(__name__)
 
 ROUTE = re.compile(r"^/api/v1/tenants/(?P<tenant>[^/]+)/workloads/(?P<bulk>bulk/)?$")
-MAX_BODY_BYTES = 16 * 1024 * 1024
-"""Larger bodies go to Django as they stream in: far beyond the largest bulk submission."""
+# Larger bodies go to Django as they stream in, which refuses them (413): the API's one limit.
+MAX_BODY_BYTES = API_MAX_BODY_BYTES
 LARGE_BODY_BYTES = 64 * 1024
 """Bodies this large (a bulk of some 300 workloads or more) take the bulk lane."""
 MAX_BATCH_WEIGHT = 4096

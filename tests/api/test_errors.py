@@ -186,3 +186,40 @@ def test_the_schema_tells_nullable_fields_and_single_objects_as_they_are(world: 
             for status in errors:
                 content = operation["responses"][status]["content"]["application/json"]["schema"]
                 assert content == {"$ref": "#/components/schemas/Error"}, (method, path, status)
+
+
+def test_bodies_too_deep_or_too_large_are_refused_before_they_are_read(world: World, monkeypatch) -> None:
+    from gpucloud.api import parsers
+
+    admin = client_for(world.admin_a)
+    deep = admin.generic(
+        "POST", "/api/v1/tenants/tenant-a/projects/", "[" * 100_000 + "]" * 100_000, content_type="application/json"
+    )
+    assert deep.status_code == 400 and _envelope(deep)["code"] == "parse_error"
+    nested = {"slug": "x", "name": "x", "description": {"a": {"b": {"c": 1}}}}
+    for _ in range(40):
+        nested = {"deeper": nested}
+    too_nested = admin.post("/api/v1/tenants/tenant-a/projects/", nested, format="json")
+    assert too_nested.status_code == 400 and "nested deeper" in _envelope(too_nested)["message"]
+    monkeypatch.setattr(parsers, "MAX_BODY_BYTES", 1024)
+    large = admin.post("/api/v1/tenants/tenant-a/projects/", {"slug": "x", "name": "x" * 2000}, format="json")
+    assert large.status_code == 413 and _envelope(large)["code"] == "too_large"
+
+
+def test_unbounded_strings_and_lists_are_bounded(world: World) -> None:
+    from gpucloud.api.types import MAX_ITEMS, MAX_TEXT
+    from tests.jobs.factories import add_node, assign
+
+    add_node(world, "n-bounds", gpus=1)
+    assign(world.member_a, world.project_a)
+    body = {
+        "project": "alpha",
+        "pool": "shared",
+        "name": "x",
+        "image": "busybox:1",
+        "command": ["sh", "x" * (MAX_TEXT + 1)],
+        "gpu_models": ["A"] * (MAX_ITEMS + 1),
+    }
+    response = client_for(world.member_a).post("/api/v1/tenants/tenant-a/workloads/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert {"command[1]", "gpu_models"} <= set(_envelope(response)["fields"])
