@@ -12,6 +12,7 @@ operation and role (the test command's default keeps CI short;
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -158,3 +159,13 @@ def test_every_operation_keeps_its_contract_for_every_role(
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     REQUESTS[role] += 1
     case.call_and_validate(headers=headers, excluded_checks=EXCLUDED_CHECKS)
+
+
+def test_every_path_parameter_of_the_schema_gets_a_real_object(objects: Objects) -> None:
+    """A new endpoint is fuzzed with real objects in its path too: its parameters must be known here."""
+    unknown = []
+    for path in SCHEMA.raw_schema["paths"]:
+        for name in re.findall(r"{(\w+)}", path):
+            if _path_value(objects, path, name) is None:
+                unknown.append(f"{path}: {name}")
+    assert unknown == [], "add these to the `objects` fixture"
