@@ -29,6 +29,7 @@ front of a scheduling pass or a replica's exit report.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -166,10 +167,13 @@ def restore_unacknowledged(**_: Any) -> int:
     a worker killed with messages in hand (reports, log batches) leaves them
     unacknowledged in Redis, where the broker would give them back only after
     its visibility timeout; the restarted controller takes them at once.
-    A message another live worker is still running is delivered twice, which
-    every task here allows (they are idempotent; a log batch stored already
-    is recognised by its chain). Only Redis keeps such messages; embedded,
-    they died with the process.
+    Only messages of the queues this worker serves are put back: the broker
+    keeps one unacknowledged set for every queue, and an agent's messages
+    in hand (a start it is carrying out) are that agent's to finish. A
+    message another live controller worker is still running is delivered
+    twice, which every task here allows (they are idempotent; a log batch
+    stored already is recognised by its chain). Only Redis keeps such
+    messages; embedded, they died with the process.
     """
     sender = _.get("sender")
     queues = {q.name for q in getattr(getattr(sender, "task_consumer", None), "queues", []) or []}
@@ -180,11 +184,23 @@ def restore_unacknowledged(**_: Any) -> int:
         channel: Any = connection.default_channel
         with channel.conn_or_acquire() as client:
             for tag in client.zrange(channel.unacked_index_key, 0, -1):
-                channel.qos.restore_by_tag(tag, client)
-                restored += 1
+                if _routing_key(client.hget(channel.unacked_key, tag)) in queues:
+                    channel.qos.restore_by_tag(tag, client)
+                    restored += 1
     if restored:
         log.warning("restored %d messages a stopped worker had taken and not acknowledged", restored)
     return restored
+
+
+def _routing_key(stored: bytes | None) -> str | None:
+    """Return the queue (routing key) of an unacknowledged message as kombu's Redis transport stores it."""
+    if not stored:
+        return None
+    try:
+        _message, _exchange, routing_key = json.loads(stored)
+    except (ValueError, TypeError):
+        return None
+    return str(routing_key)
 
 
 class RecoverOnConnect(bootsteps.StartStopStep):

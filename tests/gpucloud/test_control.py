@@ -7,6 +7,7 @@ do on a starved machine.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -144,12 +145,26 @@ def test_messages_a_killed_worker_held_are_restored_when_a_worker_starts(clean: 
     the next controller worker to start puts it back on its queue and runs it."""
     from tests.workers import purge
 
-    purge(["control"])
+    agent_queue = "node.restore-test"
+    purge(["control", agent_queue])
     slow_control_pass.apply_async()
+    control.app.send_task("agent.list_replicas", kwargs={"node": "x", "runtime": "process"}, queue=agent_queue)
     connection: Any = control.app.connection_for_write()
     channel: Any = connection.default_channel
     taken = channel.basic_get("control", no_ack=False)  # a worker took it...
-    assert taken is not None
+    held = channel.basic_get(agent_queue, no_ack=False)  # (and a live agent holds one of its own)
+    assert taken is not None and held is not None
     connection._connection = None  # ...and died: nothing is acknowledged or given back
-    with running_worker(["control"], concurrency=1):
-        assert wait_until(lambda: len(RUNS) >= 1, timeout=10), "the held message was never restored"
+    try:
+        with running_worker(["control"], concurrency=1):
+            assert wait_until(lambda: len(RUNS) >= 1, timeout=10), "the held message was never restored"
+            with control.app.connection_for_write() as check:
+                client = check.default_channel.client
+                assert client.llen(agent_queue) == 0, "an agent's message in hand is not the controller's to give back"
+                held_now = [json.loads(value)[2] for value in client.hvals(check.default_channel.unacked_key)]
+                assert agent_queue in held_now, "it stays with the agent that holds it"
+    finally:
+        with control.app.connection_for_write() as cleanup:
+            cleanup.default_channel.client.delete(cleanup.default_channel.unacked_key)
+            cleanup.default_channel.client.delete(cleanup.default_channel.unacked_index_key)
+        purge([agent_queue])
