@@ -78,6 +78,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "gpucloud.api.middleware.ApiExceptionMiddleware",
 ]
 
 ROOT_URLCONF = "gpucloud.urls"

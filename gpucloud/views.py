@@ -10,6 +10,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
 from gpucloud.api.errors import error_body
+from gpucloud.api.middleware import server_error_response
 from gpucloud.metrics import metrics_refusal, render_metrics
 
 
@@ -45,8 +46,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
     a middleware), after Django logged it with its traceback.
     """
     if request.path.startswith("/api/"):
-        message = "An unexpected error occurred; quote the request id to an operator."
-        return JsonResponse(error_body("server_error", message), status=500)
+        return server_error_response()
     return defaults.server_error(request)
 
 

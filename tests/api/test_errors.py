@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from rest_framework.test import APIClient
 
 from tests.conftest import World, client_for
@@ -94,7 +95,11 @@ def test_swagger_ui_is_served_from_local_static_files(world: World) -> None:
     assert "cdn." not in html and "unpkg" not in html and "jsdelivr" not in html
 
 
-def test_an_unhandled_error_under_the_api_answers_the_json_500_envelope(world: World, monkeypatch) -> None:
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_unhandled_error_under_the_api_answers_the_json_500_envelope(
+    world: World, monkeypatch, settings, debug: bool
+) -> None:
+    settings.DEBUG = debug  # the debug page is for the console's pages, never the API
     from tenants import selectors
 
     def broken(*args, **kwargs):
