@@ -387,6 +387,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # JSON only: one encoding with real types (a form's "" and "true" are not an integer, null or a boolean).
     "DEFAULT_PARSER_CLASSES": ["gpucloud.api.parsers.JSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "gpucloud.api.negotiation.StrictContentNegotiation",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {

@@ -228,3 +228,10 @@ def test_unbounded_strings_and_lists_are_bounded(world: World) -> None:
     response = client_for(world.member_a).post("/api/v1/tenants/tenant-a/workloads/", body, format="json")
     assert response.status_code == 400, response.content
     assert {"command[1]", "gpu_models"} <= set(_envelope(response)["fields"])
+
+
+def test_an_empty_format_is_refused_not_ignored(world: World) -> None:
+    response = client_for(world.admin_a).get("/api/v1/tenants/tenant-a/projects/?format=")
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert "format" in _envelope(response)["message"]
