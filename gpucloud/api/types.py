@@ -75,8 +75,11 @@ def _value_errors(field: Any, value: Any, path: str) -> dict[str, list[str]]:
             if wrong:
                 return {path: [message]}
             break
-    if isinstance(value, str) and getattr(field, "max_length", None) is None and len(value) > MAX_TEXT:
-        return {path: [f"At most {MAX_TEXT} characters."]}
+    if isinstance(value, str):
+        # As sent: DRF measures after trimming, so whitespace around a value let it past its maxLength.
+        longest = getattr(field, "max_length", None)
+        if len(value) > (MAX_TEXT if longest is None else longest):
+            return {path: [f"At most {MAX_TEXT if longest is None else longest} characters."]}
     return {}
 
 
