@@ -159,12 +159,14 @@ def test_messages_a_killed_worker_held_are_restored_when_a_worker_starts(clean: 
         with running_worker(["control"], concurrency=1):
             assert wait_until(lambda: len(RUNS) >= 1, timeout=10), "the held message was never restored"
             with control.app.connection_for_write() as check:
-                client = check.default_channel.client
+                redis_channel: Any = check.default_channel  # kombu's Redis channel: typed as a plain channel
+                client = redis_channel.client
                 assert client.llen(agent_queue) == 0, "an agent's message in hand is not the controller's to give back"
-                held_now = [json.loads(value)[2] for value in client.hvals(check.default_channel.unacked_key)]
+                held_now = [json.loads(value)[2] for value in client.hvals(redis_channel.unacked_key)]
                 assert agent_queue in held_now, "it stays with the agent that holds it"
     finally:
         with control.app.connection_for_write() as cleanup:
-            cleanup.default_channel.client.delete(cleanup.default_channel.unacked_key)
-            cleanup.default_channel.client.delete(cleanup.default_channel.unacked_index_key)
+            leftover: Any = cleanup.default_channel
+            leftover.client.delete(leftover.unacked_key)
+            leftover.client.delete(leftover.unacked_index_key)
         purge([agent_queue])
