@@ -187,8 +187,8 @@ class Executor:
         self._followers: dict[str, _Watcher] = {}  # the watcher each of those threads runs
         self._stopped: OrderedDict[str, None] = OrderedDict()
         self._starting: set[str] = set()
-        self._recovering: set[tuple[str, str]] = set()  # runtimes an engine outage is being waited out for
-        # Per runtime, the last outages as [first failure, answered again] in epoch seconds (inf: not yet).
+        # Per runtime, the last outages as [first failure, answered again] in epoch seconds; an end of inf is
+        # an outage being waited out now.
         self._outages: dict[tuple[str, str], list[list[float]]] = {}
         self._lock = threading.Lock()
 
@@ -224,10 +224,9 @@ class Executor:
         number of failed calls.
         """
         with self._lock:
-            if (kind, node) in self._recovering:
-                return
-            self._recovering.add((kind, node))
             windows = self._outages.setdefault((kind, node), [])
+            if windows and windows[-1][1] == math.inf:
+                return
             windows.append([time.time(), math.inf])
             del windows[:-_REMEMBERED_OUTAGES]
         threading.Thread(target=self._await_runtime, args=(kind, node), name=f"recover-{node}", daemon=True).start()
@@ -241,13 +240,17 @@ class Executor:
                     break
                 except DriverError:
                     time.sleep(RECOVERY_POLL_SECONDS)
-            with self._lock:
-                self._outages[(kind, node)][-1][1] = time.time()
-            log.info("the %s runtime of %s answers again: asking for a reconcile", kind, node)
-            self.report("jobs.reconcile")
         finally:
             with self._lock:
-                self._recovering.discard((kind, node))
+                self._outages[(kind, node)][-1][1] = time.time()  # ended, or given up: the next failure waits anew
+        log.info("the %s runtime of %s answers again: asking for a reconcile", kind, node)
+        self.report("jobs.reconcile")
+
+    def recovering(self, kind: str, node: str) -> bool:
+        """Whether an outage of that runtime is being waited out now."""
+        with self._lock:
+            windows = self._outages.get((kind, node), [])
+            return bool(windows) and windows[-1][1] == math.inf
 
     def ended_unheard(self, kind: str, node: str, finished_at: str | None) -> bool:
         """Whether a replica that ended at `finished_at` (RFC 3339) did so while its runtime could not be reached."""

@@ -11,18 +11,15 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-import docker
 import pytest
 
 from inventory.agent.config import AgentConfig
 from inventory.agent.executor import OUTPUT_GAP_NOTE, Executor
-from tests.inventory.drivers.conftest import remove_tenant
 from tests.workers import wait_until
 
 pytestmark = pytest.mark.docker
@@ -85,14 +82,6 @@ def _pump(source: socket.socket, target: socket.socket) -> None:
 
 
 @pytest.fixture
-def tenant(docker_client: docker.DockerClient) -> Iterator[str]:
-    """A tenant of the test's own; its containers and network are removed afterwards."""
-    name = f"recovery-{uuid.uuid4().hex[:8]}"
-    yield name
-    remove_tenant(docker_client, name)
-
-
-@pytest.fixture
 def door(tmp_path: Path) -> Iterator[EngineDoor]:
     # A short path: Unix socket paths are limited to about 100 bytes.
     made = EngineDoor(Path(f"/tmp/gpucloud-door-{os.getpid()}.sock"))  # noqa: S108
@@ -100,30 +89,42 @@ def door(tmp_path: Path) -> Iterator[EngineDoor]:
     made.close()
 
 
-def test_an_agent_asks_for_a_reconcile_once_its_engine_answers_again(
-    tmp_path: Path, door: EngineDoor, tenant: str, test_image: str
-) -> None:
-    sent: list[tuple[str, dict[str, Any]]] = []
+Sent = list[tuple[str, dict[str, Any]]]
+
+
+def _agent(tmp_path: Path, door: EngineDoor, sent: Sent) -> Executor:
+    """An agent whose Docker Engine is behind `door`; its reports go to `sent`."""
     config = AgentConfig(node=NODE, work_dir=tmp_path, docker_url=f"unix://{door.path}", pull_images=False)
-    agent = Executor(config, send=lambda task, **kwargs: sent.append((task, kwargs)))
-    spec = {
+    return Executor(config, send=lambda task, **kwargs: sent.append((task, kwargs)))
+
+
+def _spec(workload: int, tenant: str, image: str, command: list[str]) -> dict[str, Any]:
+    return {
         "node": NODE,
         "runtime": "docker",
-        "name": "gpucloud-w9-r0-a1",
-        "workload_id": "9",
+        "name": f"gpucloud-w{workload}-r0-a1",
+        "workload_id": str(workload),
         "tenant": tenant,
         "attempt": 1,
         "replica": 0,
-        "image": test_image,
-        "command": ["true"],
+        "image": image,
+        "command": command,
         "env": {},
     }
+
+
+def test_an_agent_asks_for_a_reconcile_once_its_engine_answers_again(
+    tmp_path: Path, door: EngineDoor, fresh_tenant: str, test_image: str
+) -> None:
+    sent: Sent = []
+    agent = _agent(tmp_path, door, sent)
+    spec = _spec(9, fresh_tenant, test_image, ["true"])
     agent.start(spec)  # the engine is down: nothing is reported, the start waits for reconcile
     assert sent == []
     assert not wait_until(lambda: sent, timeout=2.5), "nothing is asked while the engine stays down"
     door.open()
     assert wait_until(lambda: sent, timeout=10)
-    assert wait_until(lambda: not agent._recovering, timeout=5)
+    assert wait_until(lambda: not agent.recovering("docker", NODE), timeout=5)
     assert [task for task, _ in sent] == ["jobs.reconcile"]
     agent.start({**spec, "name": "gpucloud-w9-r1-a1", "replica": 1})  # the engine answers
     assert [task for task, _ in sent][-1] == "jobs.replica_started"
@@ -133,28 +134,16 @@ def test_an_agent_asks_for_a_reconcile_once_its_engine_answers_again(
     assert [task for task, _ in sent].count("jobs.reconcile") == 1
 
 
-def exits(sent: list[tuple[str, dict[str, Any]]]) -> list[str]:
+def exits(sent: Sent) -> list[str]:
     return [kwargs["message"] for task, kwargs in sent if task == "jobs.replica_exited"]
 
 
 def test_a_replica_that_ended_while_its_engine_was_down_says_its_output_may_be_missing(
-    tmp_path: Path, door: EngineDoor, tenant: str, test_image: str
+    tmp_path: Path, door: EngineDoor, fresh_tenant: str, test_image: str
 ) -> None:
-    sent: list[tuple[str, dict[str, Any]]] = []
-    config = AgentConfig(node=NODE, work_dir=tmp_path, docker_url=f"unix://{door.path}", pull_images=False)
-    agent = Executor(config, send=lambda task, **kwargs: sent.append((task, kwargs)))
-    spec = {
-        "node": NODE,
-        "runtime": "docker",
-        "name": "gpucloud-w8-r0-a1",
-        "workload_id": "8",
-        "tenant": tenant,
-        "attempt": 1,
-        "replica": 0,
-        "image": test_image,
-        "command": ["sh", "-c", "echo before; sleep 1.5; echo after"],
-        "env": {},
-    }
+    sent: Sent = []
+    agent = _agent(tmp_path, door, sent)
+    spec = _spec(8, fresh_tenant, test_image, ["sh", "-c", "echo before; sleep 1.5; echo after"])
     door.open()
     agent.start(spec)
     handle = next(kwargs["handle"] for task, kwargs in sent if task == "jobs.replica_started")
