@@ -99,3 +99,4 @@ class ReasonCode(models.TextChoices):
     IDLE = "IDLE", "Idle notebook stopped"
     CONTAINER_VANISHED = "CONTAINER_VANISHED", "Container vanished"
     GANG_MEMBER_FAILED = "GANG_MEMBER_FAILED", "Another replica of the gang failed"
+    ENGINE_LOST_RUN = "ENGINE_LOST_RUN", "The node's container engine lost track of it"

@@ -51,8 +51,12 @@ def replica_exited(
     message: str = "",
     launch_failed: bool = False,
     log_cursor: str | None = None,
+    unobserved: bool = False,
 ) -> bool:
-    """A replica ended, was stopped, or could not be launched (`log_cursor`: where its shipped output ends)."""
+    """A replica ended, was stopped, or could not be launched (`log_cursor`: where its shipped output ends).
+
+    `unobserved`: the node's engine lost track of its run, so how it ended is not known.
+    """
     if log_cursor is not None:
         logs.record_log_end(workload_id=workload_id, attempt=attempt, replica=replica, log_end=log_cursor)
     return replicas.record_replica_exited(
@@ -62,6 +66,7 @@ def replica_exited(
         exit_code=exit_code,
         message=message,
         launch_failed=launch_failed,
+        unobserved=unobserved,
     )
 
 

@@ -510,12 +510,16 @@ class _Watcher:
             message = status.message or ("" if status.state == "exited" else "Its container is gone.")
             if self.executor.ended_unheard(self.ref.runtime, self.ref.node, status.finished_at):
                 message = f"{message} {OUTPUT_GAP_NOTE}".strip()
+            # A run its runtime lost track of (`unobserved`) ended in a way nobody knows: the controller runs
+            # it again as a new attempt rather than calling it failed.
+            lost = {"unobserved": True} if status.unobserved else {}
             self.executor.report(
                 "jobs.replica_exited",
                 **self.ref.ids(),
                 exit_code=status.exit_code,
                 message=message,
                 log_cursor=self.cursor,  # where its output ends: the controller checks it stored all of it
+                **lost,
             )
 
     def _read(self, runtime: Runtime) -> None:

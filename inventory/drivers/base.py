@@ -127,6 +127,9 @@ class WorkloadStatus:
     cpu_seconds: float | None = None
     memory_bytes: int | None = None
     message: str = ""
+    # It ran without the runtime recording it (an engine that died in the middle of its start): its end was
+    # never seen and its exit code is unknown, though its output is kept. Only with state `exited`.
+    unobserved: bool = False
 
 
 @dataclass(frozen=True)

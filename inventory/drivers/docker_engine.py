@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -188,3 +191,53 @@ def toolkit_version(timeout: float = 5.0) -> str | None:
         if result.returncode == 0 and match:
             return match.group(1)
     return None
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_KILL_ROUNDS = 50
+
+
+def container_cgroups(container: str, root: Path = CGROUP_ROOT) -> list[Path]:
+    """Return the cgroup directories of container id `container` that this host shows, in any hierarchy.
+
+    Docker's cgroupfs driver names them `<id>` under `docker/`, its systemd
+    driver `docker-<id>.scope` under `system.slice/`; cgroup v1 has one per
+    controller one level deeper. A custom cgroup parent is not searched.
+    """
+    found: list[Path] = []
+    for name in (f"docker/{container}", f"system.slice/docker-{container}.scope"):
+        found += [path for path in (root / name, *root.glob(f"*/{name}")) if path.is_dir()]
+    return found
+
+
+def _engine_cgroups_visible(root: Path) -> bool:
+    """Whether `root` shows the cgroups Docker makes (a cgroup namespace of one's own shows only its own)."""
+    parents = ("docker", "system.slice")
+    return root.is_dir() and any(path.is_dir() for name in parents for path in (root / name, *root.glob(f"*/{name}")))
+
+
+def kill_container_processes(container: str, root: Path = CGROUP_ROOT) -> bool | None:
+    """SIGKILL every process of container id `container` through its cgroups; return whether none is left.
+
+    This reaches a run the engine lost track of (a task containerd started
+    while dockerd died), which no Engine API call can stop. None when this
+    host shows no cgroup hierarchy at all (the engine is elsewhere, or the
+    caller runs in a cgroup namespace of its own): nothing can be said.
+    True also when the container has no cgroup left: containerd removed it
+    with its ended task (an engine whose cgroups are visible keeps those of
+    live containers).
+    """
+    if not _engine_cgroups_visible(root):
+        return None
+    for _ in range(_KILL_ROUNDS):
+        pids: set[int] = set()
+        for group in container_cgroups(container, root):
+            with suppress(OSError):
+                pids |= {int(pid) for pid in (group / "cgroup.procs").read_text().split()}
+        if not pids:
+            return True
+        for pid in pids:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)  # a process forking while it is killed shows its children on the next read
+    return False

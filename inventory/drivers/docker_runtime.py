@@ -42,6 +42,7 @@ from inventory.drivers.base import (
     PermanentDriverError,
     RuntimeInfo,
     Stream,
+    TransientDriverError,
     WorkloadSpec,
     WorkloadStatus,
 )
@@ -59,6 +60,7 @@ from inventory.drivers.docker_engine import (
     container_id,
     engine_errors,
     host_lock,
+    kill_container_processes,
     networks_named,
     status_from,
     toolkit_version,
@@ -69,6 +71,10 @@ from inventory.drivers.timestamps import CursorFilter, parse_cursor, parse_ns
 __all__ = ["DockerRuntime", "container_config", "publish_host"]
 
 _FOLLOW_INTERVAL = 0.25
+LOST_RUN_NOTE = (
+    "It ran while the node's container engine restarted, and the engine lost track of it:"
+    " its output is kept, but how it ended is not known."
+)
 
 
 def _frames(chunks: Iterable[bytes], stream: Stream) -> Iterator[tuple[int, str, Stream, str]]:
@@ -90,9 +96,13 @@ def _pools_exhausted(error: docker.errors.APIError) -> bool:
 
 
 def _stale_task(error: docker.errors.APIError) -> bool:
-    """Whether a start failed because containerd still has a task of the container (an interrupted start)."""
+    """Whether a start failed because containerd still has a task of the container (an interrupted start).
+
+    Docker 20.10 says "task ... already exists" or "id already in use",
+    depending on how far the interrupted start had gone.
+    """
     text = str(error.explanation or error)
-    return "task" in text and "already exists" in text
+    return ("task" in text and "already exists" in text) or "id already in use" in text
 
 
 def _network_missing(error: docker.errors.APIError, network: str) -> bool:
@@ -188,38 +198,115 @@ class DockerRuntime:
     def _create_and_start(self, spec: WorkloadSpec, network: str, budget: Budget) -> dict[str, Any]:
         """Adopt or create the container of `spec` and start it unless it already ran; return its attributes.
 
-        An engine that died in the middle of a start leaves the container
-        created and containerd holding a task of its id, so starting it again
-        fails ("task ... already exists"): that container is discarded and a
-        fresh one (a new id) is made and started at once, not at the next
-        reconcile.
+        An engine that dies in the middle of a start can leave containerd
+        running the container while the engine, restarted, still lists it as
+        created (it never recorded the start). Such a run is never started a
+        second time beside or after itself: a created container found with
+        output already ran (`_lost_run`), and one whose start the engine
+        refuses because containerd still has its task is ended first
+        (`_after_lost_start`).
         """
         found = self._inspect(spec.name, budget)
+        adopted = found is not None
         if found is None:
             found = self._create(spec, network, budget)
         self._check_identity(found, spec)
-        if (found.get("State") or {}).get("Status") == "created":
-            try:
-                self._start_or_discard(str(found["Id"]), budget)
-            except docker.errors.APIError as error:
-                if not _stale_task(error):
-                    raise
-                found = self._create(spec, network, budget)
-                self._check_identity(found, spec)
-                self._start_or_discard(str(found["Id"]), budget)
-            if spec.service_port is not None:
-                # The engine picks the host port when the container starts; only inspect tells it.
-                found = self._inspect(str(found["Id"]), budget) or found
-        return found
-
-    def _start_or_discard(self, container: str, budget: Budget) -> None:
-        """Start a created container; if the engine refuses, remove it so that a retry starts afresh."""
+        if (found.get("State") or {}).get("Status") != "created":
+            return found
+        container = str(found["Id"])
+        if adopted and self._lost_run(container, budget):
+            return found
         try:
             self._api(budget).start(container)
+        except docker.errors.APIError as error:
+            if not _stale_task(error):
+                self._discard(container)
+                raise
+            found, started = self._after_lost_start(container, spec, network, budget)
+            if not started:
+                return found
+        if spec.service_port is not None:
+            # The engine picks the host port when the container starts; only inspect tells it.
+            found = self._inspect(str(found["Id"]), budget) or found
+        return found
+
+    def _lost_run(self, container: str, budget: Budget) -> bool:
+        """Whether a created container already ran, unseen by the engine; if so, make sure it is over.
+
+        Only a run writes output, and an engine that saw the run would list
+        the container as running or exited: output under `created` is a run
+        the engine lost. It is ended (if it still runs) and left as it is:
+        `poll` reports it exited with its exit code unknown, its output kept.
+        """
+        if not self._has_output(container, budget):
+            return False
+        self._kill_lost(container)
+        return True
+
+    def _after_lost_start(
+        self, container: str, spec: WorkloadSpec, network: str, budget: Budget
+    ) -> tuple[dict[str, Any], bool]:
+        """Deal with a created container whose start is refused because containerd still has a task of it.
+
+        Returns the attributes of the container that stands for the replica
+        now, and whether it is a fresh one just started.
+
+        Its run is ended through its cgroups (the Engine API can reach a
+        task only of a container it knows runs). If it printed anything, it
+        is left for `poll` to report as a lost run; if it printed nothing,
+        it is removed and a fresh container (a new id: Docker 20.10 stores
+        every line twice when a container's stale task is restarted) is
+        made and started. Raises TransientDriverError while a run that
+        cannot be reached from this host may still be running: the job is
+        never run twice at the same time.
+        """
+        ended = self._kill_lost(container)
+        attrs = self._inspect(container, budget)
+        if attrs is not None and self._lost_run(container, budget):
+            return attrs, False
+        if not ended:
+            raise TransientDriverError(
+                f"a run of {spec.name} that the engine lost track of may still be running, out of this host's reach;"
+                " it is not started again until that run ends"
+            )
+        self._discard(container)
+        found = self._create(spec, network, budget)
+        self._check_identity(found, spec)
+        try:
+            self._api(budget).start(str(found["Id"]))
         except docker.errors.APIError:
-            with suppress(Exception):
-                self._api(Budget(10.0)).remove_container(container, force=True)
+            self._discard(str(found["Id"]))
             raise
+        return found, True
+
+    def _end_lost_task(self, attrs: dict[str, Any]) -> None:
+        """End whatever containerd still runs of a container the engine lists as created (a start it lost).
+
+        The engine's stop and forced removal act only on a container it
+        knows runs: removing this one would leave its process running with
+        no container to show for it. A no-op for any other state.
+        """
+        if (attrs.get("State") or {}).get("Status") == "created":
+            self._kill_lost(str(attrs["Id"]))
+
+    def _kill_lost(self, container: str) -> bool | None:
+        """Kill what runs of `container` through its cgroups; None when this host cannot see them.
+
+        Only an engine on this host's socket shares its cgroups with us.
+        """
+        return kill_container_processes(container) if self.base_url.startswith("unix://") else None
+
+    def _discard(self, container: str) -> None:
+        """Remove a container that did not start, so that a retry starts afresh (a failure is left to reconcile)."""
+        with suppress(Exception):
+            self._api(Budget(10.0)).remove_container(container, force=True)
+
+    def _has_output(self, container: str, budget: Budget) -> bool:
+        try:
+            tail = self._api(budget).logs(container, stdout=True, stderr=True, tail=1)
+        except docker.errors.NotFound:
+            return False
+        return bool(tail)
 
     def _inspect(self, name: str, budget: Budget) -> dict[str, Any] | None:
         try:
@@ -373,9 +460,16 @@ class DockerRuntime:
             attrs = self._inspect(container, budget)
             if attrs is None:
                 return WorkloadStatus(state="missing")
-            status = status_from(attrs)
+            status = self._status(container, attrs, budget)
             if self.poll_stats and status.state == "running":
                 status = self._with_usage(container, status, budget)
+        return status
+
+    def _status(self, container: str, attrs: dict[str, Any], budget: Budget) -> WorkloadStatus:
+        """Return what `attrs` (inspect's answer) says, with a created container that has output as a lost run."""
+        status = status_from(attrs)
+        if status.state == "created" and self._has_output(container, budget):
+            return WorkloadStatus(state="exited", message=LOST_RUN_NOTE, unobserved=True)
         return status
 
     def _with_usage(self, container: str, status: WorkloadStatus, budget: Budget) -> WorkloadStatus:
@@ -407,13 +501,20 @@ class DockerRuntime:
             except docker.errors.NotFound:
                 return WorkloadStatus(state="missing")
             attrs = self._inspect(container, budget)
-        return WorkloadStatus(state="missing") if attrs is None else status_from(attrs)
+            if attrs is None:
+                return WorkloadStatus(state="missing")
+            self._end_lost_task(attrs)
+            return self._status(container, attrs, budget)
 
     def remove(self, handle: Handle, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         """Kill the container if it runs and delete it with its logs; a missing one is fine."""
         container = container_id(handle)
         budget = Budget(timeout)
         with engine_errors(f"remove {handle.get('name')}"):
+            attrs = self._inspect(container, budget)
+            if attrs is None:
+                return
+            self._end_lost_task(attrs)
             try:
                 self._api(budget).remove_container(container, force=True)
             except docker.errors.NotFound:
@@ -456,7 +557,7 @@ class DockerRuntime:
 
     def _running(self, container: str, budget: Budget) -> bool:
         attrs = self._api(budget).inspect_container(container)
-        return status_from(attrs).state in ("created", "running")
+        return self._status(container, attrs, budget).state in ("created", "running")
 
     def _read(self, container: str, since: str | None, budget: Budget) -> Iterator[LogLine]:
         # Docker's `since` has whole-second precision here; the filter drops what the cursor already covered.

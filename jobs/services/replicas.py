@@ -17,7 +17,7 @@ from jobs import dispatch
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload
 from jobs.services.lifecycle import transition_workload
-from jobs.services.stopping import grace_seconds, settle_workload, stop_message, stop_workload
+from jobs.services.stopping import grace_seconds, requeues, settle_workload, stop_message, stop_workload
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +102,16 @@ def record_replica_exited(
     exit_code: int | None,
     message: str = "",
     launch_failed: bool = False,
+    unobserved: bool = False,
 ) -> bool:
     """Record that the replica ended (or could not be launched); return whether this report was new.
 
     The replica's GPUs are released. A failing replica fails the whole gang
     (the others are stopped); the last replica exiting with 0 completes it;
     a workload already being stopped settles once its last replica is gone.
+    An `unobserved` end (the node's engine lost track of the run, so nobody
+    knows how it ended) fails nothing: the attempt is requeued, up to the
+    workload's requeue limit.
     """
     row = _locked_replica(workload_id, attempt, replica)
     if row is None or row.state in (ReplicaState.EXITED, ReplicaState.LOST):
@@ -121,9 +125,30 @@ def record_replica_exited(
             released_at=row.finished_at
         )
     if _current(row):
-        _outcome(workload, row, launch_failed)
+        if unobserved:
+            _requeue_lost_run(workload, row)
+        else:
+            _outcome(workload, row, launch_failed)
     settle_workload(workload_id=workload_id)
     return True
+
+
+def _requeue_lost_run(workload: Workload, row: Replica) -> None:
+    """Run the workload again as a new attempt: its replica's run ended unseen by the node's engine."""
+    done = requeues(workload.pk, ReasonCode.ENGINE_LOST_RUN)
+    what = f"Replica {row.index} ran while node {row.node.name}'s container engine restarted, and the engine lost track"
+    gang = " The other replicas are stopped." if workload.replicas > 1 else ""
+    if done < workload.requeue_limit:
+        target, verdict = WorkloadState.PREEMPTED, f"requeued (requeue {done + 1} of {workload.requeue_limit})"
+    else:
+        target, verdict = WorkloadState.FAILED, f"all {workload.requeue_limit} requeues are used"
+    stop_workload(
+        workload_id=workload.pk,
+        from_states=_LIVE,
+        to_state=target,
+        reason_code=ReasonCode.ENGINE_LOST_RUN,
+        message=f"{what} of it: how it ended is not known; {verdict}.{gang}",
+    )
 
 
 def _outcome(workload: Workload, row: Replica, launch_failed: bool) -> None:

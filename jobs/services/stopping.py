@@ -24,7 +24,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from jobs import dispatch
-from jobs.choices import ACTIVE_STATES, TERMINAL_STATES, WorkloadKind, WorkloadState
+from jobs.choices import ACTIVE_STATES, TERMINAL_STATES, ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
 from jobs.services.lifecycle import release_allocations, transition_workload
 from jobs.triggers import request_scheduling_pass
@@ -115,11 +115,21 @@ def settle_workload(*, workload_id: int) -> bool:
     if Replica.all_tenants.filter(workload=workload, attempt=workload.attempt, state__in=LIVE_REPLICA_STATES).exists():
         return False
     released = release_allocations(workload_id=workload_id)
-    if workload.state == WorkloadState.PREEMPTED and workload.kind == WorkloadKind.JOB:
-        requeue_workload(workload=workload, message="Requeued: the preempted attempt has stopped.")
+    if workload.state == WorkloadState.PREEMPTED and _requeued(workload):
+        what = "lost" if workload.reason_code == ReasonCode.ENGINE_LOST_RUN else "preempted"
+        requeue_workload(workload=workload, message=f"Requeued: the {what} attempt has stopped.")
     if released:
         request_scheduling_pass()
     return True
+
+
+def _requeued(workload: Workload) -> bool:
+    """Whether a preempted workload goes back to the queue: a batch job always; a notebook only after a lost run.
+
+    A notebook preempted for someone else's work is not restarted behind its
+    owner's back; one whose run the node's engine lost never really started.
+    """
+    return workload.kind == WorkloadKind.JOB or workload.reason_code == ReasonCode.ENGINE_LOST_RUN
 
 
 def requeue_workload(*, workload: Workload, message: str) -> bool:
@@ -144,10 +154,10 @@ def requeue_workload(*, workload: Workload, message: str) -> bool:
     return moved
 
 
-def node_lost_requeues(workload_id: int) -> int:
-    """Return how many times the workload was already requeued because its node was lost."""
+def requeues(workload_id: int, reason_code: str) -> int:
+    """Return how many times the workload was already requeued for `reason_code` (NODE_LOST, ENGINE_LOST_RUN)."""
     return WorkloadEvent.all_tenants.filter(
-        workload_id=workload_id, to_state=WorkloadState.PREEMPTED, reason_code="NODE_LOST"
+        workload_id=workload_id, to_state=WorkloadState.PREEMPTED, reason_code=reason_code
     ).count()
 
 

@@ -19,7 +19,7 @@ from jobs.choices import ACTIVE_STATES, ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload
 from jobs.services.stopping import (
     LIVE_REPLICA_STATES,
-    node_lost_requeues,
+    requeues,
     settle_workload,
     stop_workload,
 )
@@ -112,7 +112,7 @@ def _lose(workload_id: int, replicas: list[Replica], nodes: list[str]) -> int:
         return 1
     if workload.kind == WorkloadKind.NOTEBOOK:
         target, message = WorkloadState.LOST, f"Node {where} was lost; the notebook session ended with it."
-    elif (done := node_lost_requeues(workload_id)) < workload.requeue_limit:
+    elif (done := requeues(workload_id, ReasonCode.NODE_LOST)) < workload.requeue_limit:
         target = WorkloadState.PREEMPTED
         message = f"Node {where} was lost; requeued (requeue {done + 1} of {workload.requeue_limit})."
     else:

@@ -20,7 +20,7 @@ from inventory.choices import NodeState
 from inventory.models import Node, NodeEvent
 from jobs import services
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
-from jobs.models import Allocation, AllowedImage, Replica, ReplicaState, Workload
+from jobs.models import Allocation, AllowedImage, Replica, ReplicaState, Workload, WorkloadEvent
 from jobs.scheduler.shell import run_pass
 from jobs.services import reconcile, replicas, watchdog
 from jobs.services.execution import launch_workload
@@ -279,3 +279,50 @@ def test_gpus_held_by_placed_work_are_never_shown_free(world: World) -> None:
     assert sum(m["total"] - m["free"] for m in models) == held
     rows = [r for r in allocation_by_pool_and_tenant() if r.tenant == world.tenant_a.slug]
     assert sum(r.in_use for r in rows) == held
+
+
+def _lost_run(workload: Workload) -> None:
+    """The agent reports replica 0 of the current attempt ended unobserved: its node's engine lost its run."""
+    replicas.record_replica_exited(
+        workload_id=workload.pk, attempt=workload.attempt, replica=0, exit_code=None, unobserved=True
+    )
+
+
+def test_a_run_the_engine_lost_requeues_the_job_as_a_new_attempt_until_its_limit(world: World) -> None:
+    _ready(world)
+    job = _running(world, requeue_limit=1)
+    _lost_run(job)
+    job.refresh_from_db()
+    assert (job.state, job.attempt, job.reason_code) == (WorkloadState.PENDING, 2, ReasonCode.ENGINE_LOST_RUN)
+    assert _held(job) == 0, "the lost attempt's GPUs are released"
+    event = WorkloadEvent.all_tenants.get(workload=job, to_state=WorkloadState.PREEMPTED)
+    assert "engine lost track of it: how it ended is not known; requeued (requeue 1 of 1)" in event.message
+    _lost_run(job)  # a duplicate report of the old attempt changes nothing
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == (WorkloadState.PENDING, 2)
+    job = _running_again(job)
+    _lost_run(job)
+    job.refresh_from_db()
+    assert (job.state, job.reason_code) == (WorkloadState.FAILED, ReasonCode.ENGINE_LOST_RUN)
+    assert "all 1 requeues are used" in job.reason_message and _held(job) == 0
+
+
+def test_a_notebook_whose_run_the_engine_lost_is_started_again(world: World) -> None:
+    _ready(world)
+    notebook = _running(world, kind=WorkloadKind.NOTEBOOK)
+    _lost_run(notebook)
+    notebook.refresh_from_db()
+    assert (notebook.state, notebook.attempt) == (WorkloadState.PENDING, 2)
+    assert notebook.reason_code == ReasonCode.ENGINE_LOST_RUN
+
+
+def test_a_lost_run_of_one_gang_replica_stops_the_others_and_requeues_the_gang(world: World) -> None:
+    _ready(world)
+    gang = _running(world, replicas=2, gpus_per_replica=1)
+    _lost_run(gang)
+    gang.refresh_from_db()
+    assert (gang.state, gang.attempt) == (WorkloadState.PREEMPTED, 1), "waits for replica 1 to stop"
+    assert "The other replicas are stopped." in gang.reason_message
+    replicas.record_replica_exited(workload_id=gang.pk, attempt=1, replica=1, exit_code=137, message="Stopped.")
+    gang.refresh_from_db()
+    assert (gang.state, gang.attempt, _held(gang)) == (WorkloadState.PENDING, 2, 0)

@@ -53,6 +53,22 @@ def new_spec(command: list[str], *, tenant: str, image: str = "unused", attempt:
     )
 
 
+def agent_spec(node: str, workload: int, tenant: str, image: str, command: list[str]) -> dict[str, Any]:
+    """Return the controller's start message (JSON) of replica 0, attempt 1 of `workload` on the docker runtime."""
+    return {
+        "node": node,
+        "runtime": "docker",
+        "name": policy.container_name(str(workload), 0, 1),
+        "workload_id": str(workload),
+        "tenant": tenant,
+        "attempt": 1,
+        "replica": 0,
+        "image": image,
+        "command": command,
+        "env": {},
+    }
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[docker.DockerClient]:
     client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version=API_VERSION, timeout=30)

@@ -20,6 +20,7 @@ import pytest
 
 from inventory.agent.config import AgentConfig
 from inventory.agent.executor import OUTPUT_GAP_NOTE, Executor
+from tests.inventory.drivers.conftest import agent_spec
 from tests.workers import wait_until
 
 pytestmark = pytest.mark.docker
@@ -99,18 +100,7 @@ def _agent(tmp_path: Path, door: EngineDoor, sent: Sent) -> Executor:
 
 
 def _spec(workload: int, tenant: str, image: str, command: list[str]) -> dict[str, Any]:
-    return {
-        "node": NODE,
-        "runtime": "docker",
-        "name": f"gpucloud-w{workload}-r0-a1",
-        "workload_id": str(workload),
-        "tenant": tenant,
-        "attempt": 1,
-        "replica": 0,
-        "image": image,
-        "command": command,
-        "env": {},
-    }
+    return agent_spec(NODE, workload, tenant, image, command)
 
 
 def test_an_agent_asks_for_a_reconcile_once_its_engine_answers_again(
