@@ -92,6 +92,7 @@ def _log_figures(
         return {"log_lines_lost": None, "log_lines_expected": None, "log_lines_duplicated": None}
     expected_total = lost_total = duplicated = lost_engine_down = 0
     per_job: dict[str, int] = {}
+    doubled: dict[str, list[str]] = {}
     for name, lines in logs.items():
         design = designs[name]
         attempts = completed_attempts(proof_dir, name)
@@ -105,7 +106,10 @@ def _log_figures(
             missing = sum((expected - stored).values())
             expected_total += sum(expected.values())
             lost_total += missing
-            duplicated += sum((stored - expected).values())
+            extra = stored - expected
+            duplicated += sum(extra.values())
+            if extra:
+                doubled[f"{name}/a{attempt}"] = sorted(text for (_, text), count in extra.items() for _ in range(count))
             if missing:
                 per_job[f"{name}/a{attempt}"] = missing
             if (name, attempt) in exited_while_down:
@@ -116,6 +120,7 @@ def _log_figures(
         "log_lines_expected": expected_total,
         "log_lines_duplicated": duplicated,
         "log_lines_lost_by_job": per_job,
+        "log_lines_duplicated_by_job": doubled,
     }
 
 

@@ -33,10 +33,7 @@ the same way), so no request is ever carried out twice.
 from __future__ import annotations
 
 import io
-import json
 import logging
-import re
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,30 +42,28 @@ from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIRequest
 from django.db import close_old_connections, reset_queries
 from django.http import HttpResponse
-from django.middleware.clickjacking import XFrameOptionsMiddleware
-from django.middleware.common import CommonMiddleware
-from django.middleware.security import SecurityMiddleware
+from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.renderers import JSONRenderer
-from rest_framework.serializers import CharField, ChoiceField, DictField, Field, IntegerField, ListField
+from rest_framework.request import Request
 
 from gpucloud.api.errors import error_body, exception_handler
 from gpucloud.api.parsers import MAX_BODY_BYTES as API_MAX_BODY_BYTES
 from gpucloud.asgitypes import ASGIApp, Message, Receive, Scope, Send
 from gpucloud.groupcommit import GroupCommit
-from inventory.models import NodePool
-from jobs.api.serializers import WorkloadItemSerializer, workload_rows
-from jobs.models import LaunchPreset
+from jobs.api.ingest_plan import IngestPlan, Route, build_plan
+from jobs.api.serializers import prefetch_references, workload_rows
 from jobs.services import Submission, SubmissionRequest, submit_batch
+from tenants.authentication import ApiTokenAuthentication
 from tenants.choices import Role
 from tenants.context import Actor, RequestInfo, request_info
 from tenants.middleware import request_info_for
-from tenants.models import ApiToken, Project
+from tenants.models import ApiToken
+from tenants.scoping import activate_tenant, deactivate_tenant
 from tenants.selectors import role_in_tenant
 from tenants.services.tokens import authenticate_secrets, token_membership_role
 
 log = logging.getLogger(__name__)
 
-ROUTE = re.compile(r"^/api/v1/tenants/(?P<tenant>[^/]+)/workloads/(?P<bulk>bulk/)?$")
 # Larger bodies go to Django as they stream in, which refuses them (413): the API's one limit.
 MAX_BODY_BYTES = API_MAX_BODY_BYTES
 LARGE_BODY_BYTES = 64 * 1024
@@ -76,11 +71,8 @@ LARGE_BODY_BYTES = 64 * 1024
 MAX_BATCH_WEIGHT = 4096
 """About 4 MB of request bodies per batch (a request weighs one per started kilobyte), so a batch of large
 bulk submissions stays one reasonable transaction."""
-# What DRF's finalize_response adds to the two endpoints' answers.
-_ALLOW = {False: "GET, POST, HEAD, OPTIONS", True: "POST, OPTIONS"}
+# The answers the ingest renders: JSON with no parameters (anything else asked for goes to Django).
 _ACCEPTED_MEDIA = (None, "*/*", "application/json")
-_SURROGATES = re.compile("[\ud800-\udfff]")
-_LARGEST_INTEGER = 2**63
 
 
 @dataclass(frozen=True)
@@ -88,89 +80,11 @@ class Incoming:
     """A submission this path may serve, as read from the wire; decided on in a batch."""
 
     request: ASGIRequest
+    route: Route
     tenant: str
-    bulk: bool
     secret: str
     body: bytes
-
-
-def _not_handled(value: Any) -> None:
-    raise ValueError(value)
-
-
-# --- the body, held to exactly what the serializers accept without changing it ---
-
-
-def _accepts(field: Field) -> Callable[[Any], bool]:
-    """Return a test of whether `field` takes a value as it is (no coercion, no error)."""
-    if isinstance(field, ChoiceField):
-        choices = frozenset(str(c) for c in field.choices)
-        return lambda v: isinstance(v, str) and v in choices
-    if isinstance(field, CharField):
-        return _text_test(field)
-    if isinstance(field, IntegerField):
-        nullable = field.allow_null
-        # The field's own bounds (gpucloud.api.fields.Integer always has them); a 64-bit range otherwise.
-        lowest = -_LARGEST_INTEGER if field.min_value is None else field.min_value
-        highest = _LARGEST_INTEGER - 1 if field.max_value is None else field.max_value
-        return lambda v: (v is None and nullable) or (
-            isinstance(v, int) and not isinstance(v, bool) and lowest <= v <= highest
-        )
-    if isinstance(field, ListField):
-        child = _accepts(field.child)
-        return lambda v: isinstance(v, list) and all(child(item) for item in v)
-    if isinstance(field, DictField):
-        child = _accepts(field.child)
-        return lambda v: isinstance(v, dict) and all(child(item) for item in v.values())
-    raise TypeError(f"no strict test for {type(field).__name__}; add one before using it in a submission")
-
-
-def _text_test(field: CharField) -> Callable[[Any], bool]:
-    longest, blank, trim = field.max_length, field.allow_blank, field.trim_whitespace
-
-    def test(value: Any) -> bool:
-        if not isinstance(value, str) or "\x00" in value or _SURROGATES.search(value):
-            return False
-        if trim and value != value.strip():
-            return False
-        return (blank or value != "") and (longest is None or len(value) <= longest)
-
-    return test
-
-
-_ITEM_TESTS = {name: _accepts(field) for name, field in WorkloadItemSerializer().fields.items()}
-_REQUIRED = frozenset(name for name, field in WorkloadItemSerializer().fields.items() if field.required)
-
-
-def strict_item(data: Any) -> dict[str, Any] | None:
-    """Return the item as the item serializer would validate it (unknown keys dropped), or None when the
-    serializer would change or refuse any of it."""
-    if not isinstance(data, dict) or not data.keys() >= _REQUIRED:
-        return None
-    item = {name: value for name, value in data.items() if name in _ITEM_TESTS}
-    if not all(_ITEM_TESTS[name](value) for name, value in item.items()):
-        return None
-    return item
-
-
-def strict_body(body: bytes, *, bulk: bool) -> tuple[str, list[dict[str, Any]]] | None:
-    """Return (project slug, items) of a submission body the API's serializers take as it is, else None."""
-    try:
-        data = json.loads(body.decode("utf-8"), parse_constant=_not_handled)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    project = data.get("project")
-    if not isinstance(project, str) or not project:
-        return None
-    raw_items = data.get("items") if bulk else [data]
-    if not isinstance(raw_items, list) or not raw_items:
-        return None
-    items = [strict_item(raw) for raw in raw_items]
-    if any(item is None for item in items):
-        return None
-    return project, [item for item in items if item is not None]
+    middleware: tuple[Any, ...]
 
 
 # --- the batch: authenticate, resolve names, submit, answer ---
@@ -198,34 +112,28 @@ def handle_batch(batch: list[Incoming]) -> list[HttpResponse | None]:
 
 def _answers(batch: list[Incoming]) -> list[HttpResponse | None]:
     answers: list[HttpResponse | None] = [None] * len(batch)
-    parsed = _authenticated(batch)
-    projects = _projects({(p.token.tenant_id, p.project) for p in parsed})
-    pools = _pools({(p.token.tenant_id, item["pool"]) for p in parsed for item in p.items if "pool" in item})
-    presets = _presets({(p.token.tenant_id, item["preset"]) for p in parsed for item in p.items if "preset" in item})
     ready: list[tuple[_Parsed, SubmissionRequest]] = []
-    for p in parsed:
-        tenant_id = p.token.tenant_id
-        assert tenant_id is not None  # _authenticated keeps tenant tokens only
-        project = projects.get((tenant_id, p.project))
-        items = [_resolved(item, tenant_id, pools, presets) for item in p.items]
-        if project is None or any(item is None for item in items):
-            continue
-        actor = Actor(user=p.token.user, token=p.token)
-        key = p.incoming.request.headers.get("Idempotency-Key")
-        request = SubmissionRequest(
-            actor=actor,
-            project=project,
-            items=[item for item in items if item is not None],
-            idempotency_key=key,
-            bulk=p.incoming.bulk,
-            role=p.role,
-            info=request_info_for(p.incoming.request),
-        )
-        ready.append((p, request))
+    for group in _by_tenant_and_route(_authenticated(batch)).values():
+        for parsed, validated in _validated(group):
+            info = request_info_for(parsed.incoming.request)
+            refused = _throttled(parsed)
+            if refused is not None:
+                answers[parsed.index] = _answer(parsed.incoming, info, refused)
+                continue
+            request = SubmissionRequest(
+                actor=Actor(user=parsed.token.user, token=parsed.token),
+                project=validated["project"],
+                items=validated["items"],
+                idempotency_key=parsed.incoming.request.headers.get("Idempotency-Key"),
+                bulk=parsed.incoming.route.bulk,
+                role=parsed.role,
+                info=info,
+            )
+            ready.append((parsed, request))
     outcomes = submit_batch([request for _, request in ready])
-    for (p, request), outcome in zip(ready, outcomes, strict=True):
+    for (parsed, request), outcome in zip(ready, outcomes, strict=True):
         assert request.info is not None
-        answers[p.index] = _answer(p.incoming, request.info, outcome)
+        answers[parsed.index] = _answer(parsed.incoming, request.info, outcome)
     return answers
 
 
@@ -239,67 +147,77 @@ def _authenticated(batch: list[Incoming]) -> list[_Parsed]:
         role = role_in_tenant(
             Actor(user=token.user, token=token), token.tenant, membership=token_membership_role(token)
         )
-        if role is None or not role.at_least(Role.MEMBER):
+        if role is None or not role.at_least(incoming.route.role):
             continue
-        body = strict_body(incoming.body, bulk=incoming.bulk)
+        body = incoming.route.accepted(incoming.body)
         if body is not None:
             parsed.append(_Parsed(index, incoming, token, role, *body))
     return parsed
 
 
-def _projects(wanted: set[tuple[int | None, str]]) -> dict[tuple[int, str], Project]:
-    """Return the projects named in the batch by (tenant id, slug), each tenant's own only; one query."""
-    if not wanted:
-        return {}
-    rows = Project.all_tenants.filter(
-        tenant_id__in={t for t, _ in wanted}, slug__in={s for _, s in wanted}
-    ).select_related("tenant")
-    return {(p.tenant_id, p.slug): p for p in rows if (p.tenant_id, p.slug) in wanted}
+def _by_tenant_and_route(parsed: list[_Parsed]) -> dict[tuple[int, bool], list[_Parsed]]:
+    groups: dict[tuple[int, bool], list[_Parsed]] = {}
+    for p in parsed:
+        assert p.token.tenant_id is not None  # _authenticated keeps tenant tokens only
+        groups.setdefault((p.token.tenant_id, p.incoming.route.bulk), []).append(p)
+    return groups
 
 
-def _pools(wanted: set[tuple[int | None, str]]) -> dict[tuple[int, str], NodePool]:
-    """Return the pools named in the batch by (tenant id, name) that are open to that tenant; one query."""
-    if not wanted:
-        return {}
-    found: dict[tuple[int, str], NodePool] = {}
-    for pool in NodePool.objects.filter(name__in={name for _, name in wanted}):
-        for tenant_id, name in wanted:
-            open_to_tenant = pool.dedicated_tenant_id is None or pool.dedicated_tenant_id == tenant_id
-            if tenant_id is not None and name == pool.name and open_to_tenant:
-                found[(tenant_id, name)] = pool
-    return found
+def _validated(group: list[_Parsed]) -> list[tuple[_Parsed, dict[str, Any]]]:
+    """Resolve and validate one tenant's requests of one route as the route's input serializer does.
+
+    Inside the tenant's scope, the project field resolves every project the
+    group names and `prefetch_references` every pool and preset (a query
+    each); then each request runs the serializer's own `validate`. A request
+    it refuses, or whose project does not resolve, goes to Django.
+    """
+    route = group[0].incoming.route
+    tenant = group[0].token.tenant
+    assert tenant is not None
+    scope = activate_tenant(tenant)
+    try:
+        context = {"tenant": tenant}
+        projects = route.project_field().objects_named({p.project for p in group}, context)
+        context = prefetch_references(context, [item for p in group for item in p.items])
+        validated: list[tuple[_Parsed, dict[str, Any]]] = []
+        for p in group:
+            project = projects.get(p.project)
+            if project is None:
+                continue
+            items = [dict(item) for item in p.items]
+            attrs = {"project": project, "items": items} if route.bulk else {**items[0], "project": project}
+            try:
+                done = route.new_input(context).validate(attrs)
+            except ValidationError:
+                continue
+            items = done["items"] if route.bulk else [{k: v for k, v in done.items() if k != "project"}]
+            validated.append((p, {"project": done["project"], "items": items}))
+        return validated
+    finally:
+        deactivate_tenant(scope)
 
 
-def _presets(wanted: set[tuple[int | None, int]]) -> dict[tuple[int, int], LaunchPreset]:
-    """Return the launch presets named in the batch by (tenant id, id), each tenant's own only; one query."""
-    if not wanted:
-        return {}
-    rows = LaunchPreset.all_tenants.filter(
-        tenant_id__in={t for t, _ in wanted}, pk__in={p for _, p in wanted}
-    ).select_related("pool")
-    return {(p.tenant_id, p.pk): p for p in rows if (p.tenant_id, p.pk) in wanted}
-
-
-def _resolved(
-    item: dict[str, Any],
-    tenant_id: int,
-    pools: Mapping[tuple[int, str], NodePool],
-    presets: Mapping[tuple[int, int], LaunchPreset],
-) -> dict[str, Any] | None:
-    """Return the item with its pool and preset as objects, as the serializers resolve them, or None."""
-    resolved = dict(item)
-    if "pool" in item:
-        resolved["pool"] = pools.get((tenant_id, item["pool"]))
-    if "preset" in item:
-        resolved["preset"] = presets.get((tenant_id, item["preset"]))
-    return None if any(resolved.get(name, True) is None for name in ("pool", "preset")) else resolved
+def _throttled(parsed: _Parsed) -> Throttled | None:
+    """Return the refusal of the route view's own throttles (DRF's check_throttles), or None when it may go on."""
+    route = parsed.incoming.route
+    if not route.view.throttle_classes:
+        return None
+    request = Request(parsed.incoming.request)
+    request.user, request.auth = parsed.token.user, parsed.token
+    view = route.view()
+    view.request, view.action, view.args, view.kwargs = request, "create", (), {"tenant": parsed.incoming.tenant}
+    try:
+        view.check_throttles(request)
+    except Throttled as refused:
+        return refused
+    return None
 
 
 def _answer(incoming: Incoming, info: RequestInfo, outcome: Submission | Exception) -> HttpResponse:
     """Return the response the API's view would give for this outcome."""
     if isinstance(outcome, Submission):
         rows = workload_rows(outcome.workloads)
-        data: Any = {"count": len(rows), "results": rows} if incoming.bulk else rows[0]
+        data: Any = {"count": len(rows), "results": rows} if incoming.route.bulk else rows[0]
         return _response(incoming, info, 201 if outcome.created else 200, data)
     with request_info(info):  # the envelope carries the request id
         handled = exception_handler(outcome, {})
@@ -323,38 +241,33 @@ def _server_error(incoming: Incoming) -> HttpResponse:
     return _response(incoming, info, 500, body)
 
 
-_SECURITY = SecurityMiddleware(lambda request: HttpResponse())
-_RESPONSE_MIDDLEWARE = (
-    XFrameOptionsMiddleware(lambda request: HttpResponse()),
-    CommonMiddleware(lambda request: HttpResponse()),
-    _SECURITY,
-)
-
-
 def _response(incoming: Incoming, info: RequestInfo, status: int, data: Any) -> HttpResponse:
-    """Return `data` rendered and headed as DRF and the middleware of settings.MIDDLEWARE head an API answer."""
+    """Return `data` rendered and headed as DRF (the view's own headers) and the response middleware head it."""
     response = HttpResponse(JSONRenderer().render(data), status=status, content_type="application/json")
-    response["Allow"] = _ALLOW[incoming.bulk]
+    for name, value in incoming.route.headers.items():
+        response[name] = value
     response["X-Request-ID"] = info.request_id
-    for middleware in _RESPONSE_MIDDLEWARE:
-        middleware.process_response(incoming.request, response)
+    for middleware in incoming.middleware:
+        if hasattr(middleware, "process_response"):
+            middleware.process_response(incoming.request, response)
     return response
 
 
 # --- the ASGI side ---
 
 
-def incoming(scope: Scope, body: bytes) -> Incoming | None:
+def incoming(plan: IngestPlan, scope: Scope, body: bytes) -> Incoming | None:
     """Return the request as this path would serve it, or None when Django must: judged on its head only."""
-    match = ROUTE.match(scope.get("path", ""))
-    if match is None or scope.get("query_string") or scope.get("root_path"):
+    found = plan.route(scope.get("path", ""))
+    if found is None or scope.get("query_string") or scope.get("root_path"):
         return None
     request = ASGIRequest(scope, io.BytesIO(body))
     try:
         request.get_host()
     except DisallowedHost:
         return None
-    if _SECURITY.process_request(request) is not None:  # a redirect to HTTPS
+    # A middleware's request step that answers (a redirect to HTTPS, say) is Django's to give.
+    if any(hasattr(m, "process_request") and m.process_request(request) is not None for m in plan.middleware):
         return None
     if (
         request.content_type != "application/json"
@@ -364,16 +277,24 @@ def incoming(scope: Scope, body: bytes) -> Incoming | None:
     if request.META.get("HTTP_ACCEPT") not in _ACCEPTED_MEDIA:
         return None
     authorization = request.META.get("HTTP_AUTHORIZATION", "").split()
-    if len(authorization) != 2 or authorization[0].lower() != "bearer":
+    if len(authorization) != 2 or authorization[0].lower() != ApiTokenAuthentication.keyword.lower():
         return None
-    return Incoming(request, match["tenant"], bool(match["bulk"]), authorization[1], body)
+    route, tenant = found
+    return Incoming(request, route, tenant, authorization[1], body, plan.middleware)
 
 
 class SubmissionIngest:
     """ASGI middleware over Django's HTTP application: serves the submissions it can (see the module)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, plan: IngestPlan | None = None) -> None:
         self.app: ASGIApp = app  # Django's ASGI handler
+        # Derived once, here, from the API itself; when it cannot vouch for the API, every request goes to Django.
+        self.plan = plan or build_plan()
+        if self.plan.problems:
+            problems = "; ".join(self.plan.problems)
+            log.warning("the submission ingest is off; Django serves every submission: %s", problems)
+        for note in self.plan.notes:
+            log.info("the submission ingest defers: %s", note)
         # Two lanes. Small submissions (single ones, small bulks) batch together on one thread: more
         # threads only split them into smaller batches. Large bulk bodies have threads of their own, so
         # they never hold up the small ones, and one is validated while another waits on the database.
@@ -392,7 +313,7 @@ class SubmissionIngest:
         self.passed_on = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST" or not ROUTE.match(scope.get("path", "")):
+        if scope["type"] != "http" or scope.get("method") != "POST" or self.plan.route(scope.get("path", "")) is None:
             await self.app(scope, receive, send)
             return
         read = await _read_body(receive)
@@ -400,7 +321,7 @@ class SubmissionIngest:
             return  # the client went away before its request was whole
         body, complete = read
         replay = _replaying(body, complete, receive)
-        candidate = incoming(scope, body) if complete else None
+        candidate = incoming(self.plan, scope, body) if complete else None
         try:
             answer = await self._lane(candidate).run(candidate) if candidate is not None else None
         except Exception:  # the batch failed as a whole (the database went away, say); GroupCommit logged it

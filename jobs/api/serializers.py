@@ -8,7 +8,6 @@ from typing import Any
 from rest_framework import serializers
 
 from gpucloud.api.fields import Integer, ObjectId
-from inventory.models import NodePool
 from inventory.selectors import pools_open_to_tenant
 from jobs.choices import PriorityClass, WorkloadKind, WorkloadState
 from jobs.models import Allocation, AllowedImage, LaunchPreset, Workload, WorkloadEvent
@@ -67,36 +66,41 @@ class WorkloadItemSerializer(serializers.Serializer):
     requeue_limit = Integer(required=False, help_text="Default 3.")
 
 
-def _resolve_pools(items: list[dict[str, Any]], context: dict[str, Any], prefix: str) -> None:
-    """Replace each item's pool name by the pool, in one query; an unusable pool reads as a missing one."""
+def prefetch_references(context: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Return `context` with the tenant's pools and presets that `items` name read in one query each.
+
+    `resolve_references` then reads them from there: the submission ingest
+    resolves a whole batch of one tenant's submissions with two queries, by
+    the same selectors and the same rule as a single request. Run inside the
+    tenant's scope.
+    """
     names = {item["pool"] for item in items if "pool" in item}
-    if not names:
-        return
-    pools = {p.name: p for p in _open_pools(context).filter(name__in=names)}
-    errors: dict[str, list[str]] = {}
-    for index, item in enumerate(items):
-        if "pool" not in item:
-            continue
-        pool: NodePool | None = pools.get(item["pool"])
-        if pool is None:
-            errors[f"{prefix.format(index=index)}pool"] = [f"No pool named {item['pool']}."]
-        item["pool"] = pool
-    if errors:
-        raise serializers.ValidationError(errors, code="does_not_exist")
-
-
-def _resolve_presets(items: list[dict[str, Any]], prefix: str) -> None:
-    """Replace each item's preset id by the tenant's preset, in one query; another tenant's reads as missing."""
     ids = {item["preset"] for item in items if "preset" in item}
-    if not ids:
-        return
-    presets = {p.pk: p for p in presets_for_tenant().filter(pk__in=ids)}
+    pools = {p.name: p for p in _open_pools(context).filter(name__in=names)} if names else {}
+    presets = {p.pk: p for p in presets_for_tenant().filter(pk__in=ids)} if ids else {}
+    return {**context, "pools": pools, "presets": presets}
+
+
+def resolve_references(items: list[dict[str, Any]], context: dict[str, Any], prefix: str) -> None:
+    """Replace each item's pool name and preset id by the tenant's object; raise naming every one that is not.
+
+    A pool the tenant may not use and another tenant's preset read as
+    missing. Reads what `prefetch_references` put in `context`, else
+    prefetches (one query each). `prefix` formats an item's field path.
+    """
+    if "pools" not in context:
+        context = prefetch_references(context, items)
     errors: dict[str, list[str]] = {}
     for index, item in enumerate(items):
+        where = prefix.format(index=index)
+        if "pool" in item:
+            name, item["pool"] = item["pool"], context["pools"].get(item["pool"])
+            if item["pool"] is None:
+                errors[f"{where}pool"] = [f"No pool named {name}."]
         if "preset" in item:
-            item["preset"] = presets.get(item["preset"])
+            item["preset"] = context["presets"].get(item["preset"])
             if item["preset"] is None:
-                errors[f"{prefix.format(index=index)}preset"] = ["No such launch preset in this tenant."]
+                errors[f"{where}preset"] = ["No such launch preset in this tenant."]
     if errors:
         raise serializers.ValidationError(errors, code="does_not_exist")
 
@@ -107,8 +111,7 @@ class WorkloadInputSerializer(WorkloadItemSerializer):
     project = ScopedSlugField(selector=_projects)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        _resolve_pools([attrs], self.context, "")
-        _resolve_presets([attrs], "")
+        resolve_references([attrs], self.context, "")
         return attrs
 
 
@@ -120,8 +123,7 @@ class BulkInputSerializer(serializers.Serializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs["items"] = [dict(item) for item in attrs["items"]]
-        _resolve_pools(attrs["items"], self.context, "items[{index}].")
-        _resolve_presets(attrs["items"], "items[{index}].")
+        resolve_references(attrs["items"], self.context, "items[{index}].")
         return attrs
 
 
@@ -296,8 +298,7 @@ class LaunchPresetInputSerializer(serializers.Serializer):
     max_runtime_seconds = Integer(required=False, allow_null=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if "pool" in attrs:
-            _resolve_pools([attrs], self.context, "")
+        resolve_references([attrs], self.context, "")
         return attrs
 
 

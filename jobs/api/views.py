@@ -73,6 +73,7 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
     """A tenant's workloads: everyone in the tenant reads; members submit and cancel their own, admins any."""
 
     serializer_class = s.WorkloadSerializer
+    input_serializer_class = s.WorkloadInputSerializer  # the submission ingest runs it too (jobs.api.ingest_plan)
     write_role = Role.MEMBER
     filterset_class = WorkloadFilter
     ordering_fields = ["submitted_at", "state", "queue_position", "name"]
@@ -92,7 +93,7 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
         parameters=[IDEMPOTENCY_KEY],
     )
     def create(self, request: Request, tenant: str) -> Response:
-        data = self.validated_input(s.WorkloadInputSerializer)
+        data = self.validated_input(self.input_serializer_class)
         project = data.pop("project")
         submission = services.submit(
             actor=self.actor, project=project, items=[data], idempotency_key=_idempotency_key(request)
@@ -148,6 +149,7 @@ class WorkloadBulkEndpoint(TenantViewSet):
     """Submit many workloads into one project in one all-or-nothing call (POST only)."""
 
     serializer_class = s.WorkloadSerializer
+    input_serializer_class = s.BulkInputSerializer  # the submission ingest runs it too (jobs.api.ingest_plan)
     write_role = Role.MEMBER
 
     def scoped_queryset(self) -> QuerySet[Workload]:
@@ -159,7 +161,7 @@ class WorkloadBulkEndpoint(TenantViewSet):
         parameters=[IDEMPOTENCY_KEY],
     )
     def create(self, request: Request, tenant: str) -> Response:
-        data = self.validated_input(s.BulkInputSerializer)
+        data = self.validated_input(self.input_serializer_class)
         submission = services.submit(
             actor=self.actor,
             project=data["project"],

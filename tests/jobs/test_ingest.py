@@ -36,6 +36,7 @@ from gpucloud.asgi import application, django_asgi_app
 from gpucloud.groupcommit import GroupCommit
 from inventory.models import NodePool
 from jobs.api.ingest import Incoming, SubmissionIngest, handle_batch, incoming
+from jobs.api.ingest_plan import build_plan
 from jobs.models import AllowedImage, LaunchPreset, Workload
 from tenants import services
 from tenants.context import Actor
@@ -566,7 +567,7 @@ def in_one_batch(calls: Sequence[Call], credentials: Mapping[str, Headers]) -> l
     """Hand `calls` to the ingest's batch handler as one batch; return each answer's (status, body), or None."""
     batch = []
     for call in calls:
-        request = incoming(scope(call, credentials), json.dumps(call.body).encode())
+        request = incoming(build_plan(), scope(call, credentials), json.dumps(call.body).encode())
         assert request is not None, call
         batch.append(request)
     return [None if r is None else (r.status_code, json.loads(r.content)) for r in handle_batch(batch)]
