@@ -2,16 +2,18 @@
 
 `insert` does what `bulk_create` does for a list of new instances of one
 model (defaults and `auto_now` fields filled in, primary keys set from the
-database) in one statement. On Postgres the rows travel as one JSON
-document expanded by `json_to_recordset`: Django's own bulk insert prepares
+database) in one statement. On Postgres the rows travel as one JSON array
+of rows, expanded in SQL by `jsonb_array_elements ... WITH ORDINALITY` and
+each element cast to its column's type: Django's own bulk insert prepares
 every value of every field in Python (and psycopg then dumps each column as
 an array), which cost about 0.3 ms per workload row, more than the rest of
 its submission. Elsewhere (SQLite) it is `bulk_create`.
 
-Only plain values are supported on the JSON path: text, numbers, booleans,
-dates and times, JSON fields, and None; a model with other field types
-(binary, UUID, decimals) raises TypeError there rather than risk a wrong
-conversion.
+Only plain values are supported: text, numbers, booleans, dates and times,
+JSON fields, foreign keys, IP addresses, and None. `insert` and `new` raise
+TypeError for a model with any other field type (binary, UUID, decimals) on
+every database, so a model the Postgres path would refuse is refused by the
+SQLite test run too, rather than risk a wrong conversion.
 """
 
 from __future__ import annotations
@@ -50,13 +52,15 @@ def insert(objs: Sequence[M]) -> list[M]:
 
     The same contract as `Model.objects.bulk_create(objs)` for instances
     without primary keys: no signals, no `save()`, rows in the given order.
+    Raises TypeError, on every database, when the model has a field that is
+    not a plain value (see the module's docstring).
     """
     if not objs:
         return list(objs)
     model = type(objs[0])
+    plan = _plan(model)  # refuses an unsupported field before the vendor decides the path
     if connection.vendor != "postgresql":
         return model._base_manager.bulk_create(objs)
-    plan = _plan(model)
     for obj in objs:
         for field in plan.stamped:
             field.pre_save(obj, True)

@@ -18,7 +18,7 @@ from inventory.choices import LIVE_STATES, REASON_REQUIRED, NodeKind, NodeState,
 from inventory.holds import holds_on_nodes
 from inventory.models import Gpu, Node, NodeEvent, NodePool
 from tenants.context import SYSTEM, Actor
-from tenants.services import record_audit_event, snapshot
+from tenants.services import record_audit_event, snapshot, update_audited
 from tenants.services.access import require_operator
 from tenants.services.validation import clean_fields
 
@@ -183,12 +183,12 @@ def update_node(
     """
     require_operator(actor)
     node = Node.objects.select_for_update().get(pk=node.pk)
-    before = snapshot(node, NODE_FIELDS)
+    changes: dict[str, object] = {}
     if labels is not None:
         _check_labels(labels)
-        node.labels = labels
+        changes["labels"] = labels
     if address is not None:
-        node.address = address
+        changes["address"] = address
     if pool is not None and pool.pk != node.pool_id:
         if node.state == NodeState.READY or holds_on_nodes([node.pk]).get(node.pk, 0):
             raise Conflict(
@@ -196,13 +196,10 @@ def update_node(
                 code="node_in_service",
                 details={"current_state": node.state},
             )
-        node.pool = pool
-    clean_fields(node)
-    node.save()
-    record_audit_event(
-        actor=actor, action="node.update", obj=node, tenant_id=None, before=before, after=snapshot(node, NODE_FIELDS)
+        changes["pool"] = pool
+    return update_audited(
+        actor=actor, action="node.update", obj=node, changes=changes, tenant_id=None, audited=NODE_FIELDS
     )
-    return node
 
 
 def _locked(node: Node) -> Node:

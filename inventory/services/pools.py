@@ -10,7 +10,7 @@ from inventory.choices import PlacementPolicy
 from inventory.models import NodePool
 from tenants.context import Actor
 from tenants.models import Tenant, TenantQuota
-from tenants.services import record_audit_event, snapshot
+from tenants.services import record_audit_event, snapshot, update_audited
 from tenants.services.access import require_operator
 from tenants.services.validation import clean_fields
 
@@ -72,26 +72,20 @@ def update_node_pool(
     """
     require_operator(actor)
     pool = NodePool.objects.select_for_update().get(pk=pool.pk)
-    before = snapshot(pool, POOL_FIELDS)
+    changes: dict[str, object] = {}
     if description is not None:
-        pool.description = description
+        changes["description"] = description
     if placement_policy is not None:
-        pool.placement_policy = placement_policy
+        changes["placement_policy"] = placement_policy
+    tenant_id = pool.dedicated_tenant_id
     if dedicated_tenant is not _UNSET:
         assert dedicated_tenant is None or isinstance(dedicated_tenant, Tenant)
         _check_dedication(pool, dedicated_tenant)
-        pool.dedicated_tenant = dedicated_tenant
-    clean_fields(pool)
-    pool.save()
-    record_audit_event(
-        actor=actor,
-        action="node_pool.update",
-        obj=pool,
-        tenant_id=pool.dedicated_tenant_id,
-        before=before,
-        after=snapshot(pool, POOL_FIELDS),
+        changes["dedicated_tenant"] = dedicated_tenant
+        tenant_id = dedicated_tenant.pk if dedicated_tenant is not None else None
+    return update_audited(
+        actor=actor, action="node_pool.update", obj=pool, changes=changes, tenant_id=tenant_id, audited=POOL_FIELDS
     )
-    return pool
 
 
 @transaction.atomic

@@ -10,6 +10,8 @@ ranges and the tenant's quota, an idle timeout for notebooks only.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -25,7 +27,7 @@ from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Tenant, TenantQuota
 from tenants.services.access import require_role
-from tenants.services.audit import record_audit_event, snapshot
+from tenants.services.audit import record_audit_event, snapshot, update_audited
 
 PRESET_FIELDS = [
     "name",
@@ -73,7 +75,8 @@ def create_preset(*, actor: Actor, tenant: Tenant, values: PresetValues) -> Laun
     require_role(actor, tenant, Role.ADMIN)
     _check(tenant, values)
     preset = LaunchPreset(tenant=tenant, **_model_fields(values))
-    _save(preset)
+    with _unique_name(preset.name):
+        preset.save()
     record_audit_event(
         actor=actor, action="preset.create", obj=preset, tenant_id=tenant.pk, after=snapshot(preset, PRESET_FIELDS)
     )
@@ -96,19 +99,15 @@ def update_preset(*, actor: Actor, preset: LaunchPreset, changes: dict[str, Any]
         raise invalid(unknown[0], "unknown_field", "Not a field of a launch preset.")
     values = replace(_values_of(preset), **changes)
     _check(tenant, values)
-    before = snapshot(preset, PRESET_FIELDS)
-    for name, value in _model_fields(values).items():
-        setattr(preset, name, value)
-    _save(preset)
-    record_audit_event(
-        actor=actor,
-        action="preset.update",
-        obj=preset,
-        tenant_id=tenant.pk,
-        before=before,
-        after=snapshot(preset, PRESET_FIELDS),
-    )
-    return preset
+    with _unique_name(values.name):
+        return update_audited(
+            actor=actor,
+            action="preset.update",
+            obj=preset,
+            changes={name: value for name, value in _model_fields(values).items() if name in changes},
+            tenant_id=tenant.pk,
+            audited=PRESET_FIELDS,
+        )
 
 
 @transaction.atomic
@@ -135,13 +134,15 @@ def _model_fields(values: PresetValues) -> dict[str, Any]:
     return data
 
 
-def _save(preset: LaunchPreset) -> None:
+@contextmanager
+def _unique_name(name: str) -> Iterator[None]:
+    """Run the block in a savepoint; raise ValidationError on `name` when its write meets a twin of that name."""
     try:
         # A savepoint: a concurrent twin makes the write fail without spoiling the caller's transaction.
         with transaction.atomic():
-            preset.save()
+            yield
     except IntegrityError:
-        raise invalid("name", "unique", f"A preset named {preset.name!r} already exists in this tenant.") from None
+        raise invalid("name", "unique", f"A preset named {name!r} already exists in this tenant.") from None
 
 
 def _check(tenant: Tenant, values: PresetValues) -> None:

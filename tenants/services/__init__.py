@@ -1,6 +1,6 @@
 """All writes and workflows of the tenancy app. Every function is atomic and writes one audit event."""
 
-from tenants.services.audit import record_audit_event, snapshot
+from tenants.services.audit import record_audit_event, snapshot, update_audited
 from tenants.services.logins import (
     clear_login_failures,
     login_locked_for,
@@ -52,6 +52,7 @@ __all__ = [
     "revoke_token",
     "set_password",
     "snapshot",
+    "update_audited",
     "update_member",
     "update_project",
     "update_project_quota",

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import models
 
 from gpucloud import bulk
 from tenants.context import Actor, RequestInfo, current_request_info
 from tenants.models import AuditEvent
+from tenants.services.validation import clean_fields
 
 JsonDict = dict[str, Any]
+M = TypeVar("M", bound=models.Model)
 
 
 def _json_value(value: Any) -> Any:
@@ -26,7 +28,7 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def snapshot(obj: models.Model, fields: list[str]) -> JsonDict:
+def snapshot(obj: models.Model, fields: Sequence[str]) -> JsonDict:
     """Return the named fields of `obj` as a JSON-ready dict (foreign keys as ids)."""
     return {name: _json_value(getattr(obj, name)) for name in fields}
 
@@ -49,6 +51,51 @@ def record_audit_event(
     event = audit_event(actor=actor, action=action, obj=obj, tenant_id=tenant_id, before=before, after=after)
     event.save(force_insert=True)
     return event
+
+
+def update_audited(
+    *,
+    actor: Actor,
+    action: str,
+    obj: M,
+    changes: Mapping[str, Any],
+    tenant_id: int | None,
+    audited: Sequence[str] | Callable[[M], JsonDict],
+) -> M:
+    """Apply `changes` (field name: new value) to `obj`, save them, write one audit event; return `obj`.
+
+    Run it inside the caller's transaction, on `obj` as read under its row
+    lock, once the caller's own rules (permissions, rules across fields or
+    rows) have passed: the change and its event commit or roll back together.
+
+    - Validated: the changed fields against their declared rules
+      (`clean_fields`: no uniqueness, no constraints); one ValidationError
+      names every failing field, and nothing has been written by then.
+    - Saved: `obj.save(update_fields=...)` with the changed fields and the
+      `auto_now` ones, then `set()` on each many-to-many field in `changes`.
+    - Audited: `action` on `obj` for `tenant_id`, with `before` and `after`
+      the state `audited` describes (field names for `snapshot`, or a function
+      returning the snapshot) before the first assignment and after the last write.
+    """
+    before = _state(obj, audited)
+    related = {field.name for field in obj._meta.many_to_many}
+    columns = [name for name in changes if name not in related]
+    for name in columns:
+        setattr(obj, name, changes[name])
+    clean_fields(obj, exclude=[field.name for field in obj._meta.fields if field.name not in columns])
+    stamped = [field.name for field in obj._meta.concrete_fields if getattr(field, "auto_now", False)]
+    obj.save(update_fields=[*columns, *stamped])
+    for name in changes:
+        if name in related:
+            getattr(obj, name).set(changes[name])
+    record_audit_event(
+        actor=actor, action=action, obj=obj, tenant_id=tenant_id, before=before, after=_state(obj, audited)
+    )
+    return obj
+
+
+def _state(obj: M, audited: Sequence[str] | Callable[[M], JsonDict]) -> JsonDict:
+    return audited(obj) if callable(audited) else snapshot(obj, audited)
 
 
 def audit_event(

@@ -24,7 +24,7 @@ from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Membership, Project, Tenant
 from tenants.services.access import require_role
-from tenants.services.audit import JsonDict, record_audit_event
+from tenants.services.audit import JsonDict, record_audit_event, update_audited
 
 _USERNAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@.+-_")
 
@@ -140,26 +140,24 @@ def update_member(
     membership = Membership.all_tenants.select_for_update().select_related("user").get(pk=membership.pk)
     if not actor_role.at_least(Role(membership.role)):
         raise PermissionDenied("You cannot change someone whose role is above yours.")
-    before = _membership_snapshot(membership)
+    changes: dict[str, object] = {}
     if role is not None:
         granted = _check_grantable(actor_role, role)
         if granted != Role.ADMIN:
             _guard_last_admin(actor_role, membership)
-        membership.role = granted
-        membership.save(update_fields=["role"])
+        changes["role"] = granted
     if projects is not None:
         if any(project.tenant_id != membership.tenant_id for project in projects):
             raise invalid("projects", "does_not_exist", "Every project must belong to this tenant.")
-        membership.projects.set(projects)
-    record_audit_event(
+        changes["projects"] = projects
+    return update_audited(
         actor=actor,
         action="membership.update",
         obj=membership,
+        changes=changes,
         tenant_id=membership.tenant_id,
-        before=before,
-        after=_membership_snapshot(membership),
+        audited=_membership_snapshot,
     )
-    return membership
 
 
 @transaction.atomic

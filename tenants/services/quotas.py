@@ -34,7 +34,7 @@ from tenants.models import (
     TenantQuota,
 )
 from tenants.services.access import require_operator, require_role
-from tenants.services.audit import JsonDict, record_audit_event
+from tenants.services.audit import JsonDict, record_audit_event, update_audited
 
 COUNT_FIELDS = ("max_notebooks_per_user", "max_pending_workloads", "max_runtime_seconds")
 
@@ -184,19 +184,14 @@ def update_tenant_quota(*, actor: Actor, quota: TenantQuota, changes: dict[str, 
     values = QuotaValues.of(locked).merged(changes)
     _check_ranges(values)
     _check_tenant_covers_projects(locked.tenant, locked.pool_id, values)
-    before = _quota_snapshot(locked)
-    for name, value in asdict(values).items():
-        setattr(locked, name, value)
-    locked.save()
-    record_audit_event(
+    return update_audited(
         actor=actor,
         action="tenant_quota.update",
         obj=locked,
+        changes=asdict(values),
         tenant_id=locked.tenant_id,
-        before=before,
-        after=_quota_snapshot(locked),
+        audited=_quota_snapshot,
     )
-    return locked
 
 
 @transaction.atomic
@@ -241,19 +236,14 @@ def update_project_quota(*, actor: Actor, quota: ProjectQuota, changes: dict[str
     if tenant_quota is None:
         raise invalid("pool", "no_tenant_quota", "The tenant no longer has a quota in this pool.")
     _check_project_within_tenant(tenant_quota, locked.project, values)
-    before = _quota_snapshot(locked)
-    for name, value in asdict(values).items():
-        setattr(locked, name, value)
-    locked.save()
-    record_audit_event(
+    return update_audited(
         actor=actor,
         action="project_quota.update",
         obj=locked,
+        changes=asdict(values),
         tenant_id=locked.tenant_id,
-        before=before,
-        after=_quota_snapshot(locked),
+        audited=_quota_snapshot,
     )
-    return locked
 
 
 @transaction.atomic

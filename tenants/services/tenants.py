@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 from django.db.models import ProtectedError
 
@@ -10,11 +12,16 @@ from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Project, Tenant
 from tenants.services.access import require_operator, require_role
-from tenants.services.audit import record_audit_event, snapshot
+from tenants.services.audit import record_audit_event, snapshot, update_audited
 from tenants.services.validation import clean_fields
 
 TENANT_FIELDS = ["slug", "name", "description", "is_active"]
 PROJECT_FIELDS = ["slug", "name", "description"]
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """Return the values given, the ones not None: what an update changes."""
+    return {name: value for name, value in values.items() if value is not None}
 
 
 @transaction.atomic
@@ -44,21 +51,14 @@ def update_tenant(
     """Change a tenant's name, description or active flag; operators only. The slug is permanent."""
     require_operator(actor)
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
-    before = snapshot(tenant, TENANT_FIELDS)
-    for field, value in (("name", name), ("description", description), ("is_active", is_active)):
-        if value is not None:
-            setattr(tenant, field, value)
-    clean_fields(tenant)
-    tenant.save()
-    record_audit_event(
+    return update_audited(
         actor=actor,
         action="tenant.update",
         obj=tenant,
+        changes=_given(name=name, description=description, is_active=is_active),
         tenant_id=tenant.pk,
-        before=before,
-        after=snapshot(tenant, TENANT_FIELDS),
+        audited=TENANT_FIELDS,
     )
-    return tenant
 
 
 @transaction.atomic
@@ -98,22 +98,14 @@ def update_project(
     """Change a project's name or description; tenant admins and operators. The slug is permanent."""
     require_role(actor, project.tenant, Role.ADMIN)
     project = Project.all_tenants.select_for_update().get(pk=project.pk)
-    before = snapshot(project, PROJECT_FIELDS)
-    if name is not None:
-        project.name = name
-    if description is not None:
-        project.description = description
-    clean_fields(project, exclude=["tenant"])
-    project.save()
-    record_audit_event(
+    return update_audited(
         actor=actor,
         action="project.update",
         obj=project,
+        changes=_given(name=name, description=description),
         tenant_id=project.tenant_id,
-        before=before,
-        after=snapshot(project, PROJECT_FIELDS),
+        audited=PROJECT_FIELDS,
     )
-    return project
 
 
 @transaction.atomic

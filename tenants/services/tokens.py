@@ -23,7 +23,7 @@ from tenants.context import Actor
 from tenants.models import ApiToken, Membership, Tenant
 from tenants.selectors import own_tokens_within_reach
 from tenants.services.access import require_role
-from tenants.services.audit import JsonDict, record_audit_event
+from tenants.services.audit import JsonDict, record_audit_event, update_audited
 
 TOKEN_SCHEME = "gpc"  # noqa: S105 -- the token format's prefix, not a secret
 # last_used_at is advisory; refreshing it at most once a minute keeps
@@ -321,15 +321,11 @@ def revoke_token(*, actor: Actor, token: ApiToken) -> ApiToken:
     token = ApiToken.all_tenants.select_for_update().select_related("user").get(pk=token.pk)
     if token.revoked_at is not None:
         return token
-    before = _token_snapshot(token)
-    token.revoked_at = timezone.now()
-    token.save(update_fields=["revoked_at"])
-    record_audit_event(
+    return update_audited(
         actor=actor,
         action="api_token.revoke",
         obj=token,
+        changes={"revoked_at": timezone.now()},
         tenant_id=token.tenant_id,
-        before=before,
-        after=_token_snapshot(token),
+        audited=_token_snapshot,
     )
-    return token

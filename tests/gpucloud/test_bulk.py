@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.db import DataError, models, transaction
 from django.db.models.signals import post_init
+from django.test.utils import isolate_apps
 from django.utils import timezone
 
 from gpucloud import bulk
@@ -342,3 +343,35 @@ def test_new_goes_through_the_constructor_when_something_listens_to_init() -> No
     assert seen == [built]
     assert bulk.new(Workload, {"name": "unheard"}).name == "unheard"
     assert len(seen) == 1
+
+
+@pytest.mark.parametrize(
+    "unsupported",
+    [
+        pytest.param(lambda: models.DecimalField(max_digits=5, decimal_places=2), id="decimal"),
+        pytest.param(models.UUIDField, id="uuid"),
+        pytest.param(models.BinaryField, id="binary"),
+    ],
+)
+def test_a_field_json_cannot_carry_is_refused_on_every_database(
+    db: None, django_assert_num_queries: Callable[..., Any], unsupported: Callable[[], models.Field[Any, Any]]
+) -> None:
+    # On SQLite `insert` is `bulk_create`, which would store such a field; it must refuse it all the same, so
+    # the default test run catches a model that the Postgres path cannot carry.
+    with isolate_apps("tests"):
+
+        class Reading(models.Model):
+            label = models.CharField(max_length=20)
+            value = unsupported()
+
+            class Meta:
+                app_label = "tests"
+
+            def __str__(self) -> str:
+                return self.label
+
+        # No table exists for the model: the refusal comes before any query.
+        with pytest.raises(TypeError, match=r"Reading\.value"), django_assert_num_queries(0):
+            bulk.insert([Reading(label="a")])
+        with pytest.raises(TypeError, match=r"Reading\.value"):
+            bulk.new(Reading, {"label": "a"})
