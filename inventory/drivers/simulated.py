@@ -13,30 +13,24 @@ remembers stops and removals. Labels shape a workload:
   (`engine_unreachable` is transient, `timeout` a DriverTimeout, any
   other code permanent), for tests and demos of failure handling.
 
-The probe follows the workloads running on its node's GPUs, or a
-utilization set by hand, and takes injected faults (XID, uncorrected ECC,
-lost GPU) so GPU health can be exercised without hardware.
+The probe (`simulated_probe`, re-exported here) follows the workloads
+running on its node's GPUs, or a utilization set by hand, and takes
+injected faults (XID, uncorrected ECC, lost GPU) so GPU health can be
+exercised without hardware. The workload records and their registry are
+in `simulated_workloads`.
 """
 
 from __future__ import annotations
 
 import math
-import random
-import threading
 import time
-import uuid
 import zlib
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 
 from inventory.drivers import policy
 from inventory.drivers.base import (
     DEFAULT_TIMEOUT,
     DriverTimeout,
-    GpuInfo,
-    GpuInventory,
-    GpuProcess,
-    GpuSample,
     Handle,
     LogLine,
     ManagedWorkload,
@@ -47,9 +41,33 @@ from inventory.drivers.base import (
     WorkloadSpec,
     WorkloadStatus,
 )
+from inventory.drivers.simulated_probe import CUDA_VERSION, DRIVER_VERSION, SimulatedProbe, simulated_uuid
+from inventory.drivers.simulated_workloads import (
+    SIGTERM_EXIT_CODE,
+    Clock,
+    SimulatedWorkload,
+    node_workloads,
+    registry,
+    registry_lock,
+)
 from inventory.drivers.timestamps import format_ns
 
-Clock = Callable[[], float]
+__all__ = [
+    "CUDA_VERSION",
+    "DEFAULT_DURATION",
+    "DRIVER_VERSION",
+    "DURATION_LABEL",
+    "EXIT_CODE_LABEL",
+    "HEALTH_CHECK_DURATION",
+    "LOG_INTERVAL_LABEL",
+    "SIGTERM_EXIT_CODE",
+    "START_ERROR_LABEL",
+    "UTILIZATION_LABEL",
+    "Clock",
+    "SimulatedProbe",
+    "SimulatedRuntime",
+    "simulated_uuid",
+]
 
 DURATION_LABEL = "simulate.duration_seconds"
 EXIT_CODE_LABEL = "simulate.exit_code"
@@ -58,88 +76,6 @@ LOG_INTERVAL_LABEL = "simulate.log_interval_seconds"
 START_ERROR_LABEL = "simulate.start_error"
 DEFAULT_DURATION = 60.0
 HEALTH_CHECK_DURATION = 0.2
-SIGTERM_EXIT_CODE = 143
-DRIVER_VERSION = "550.54.15"
-CUDA_VERSION = "12.4"
-_UUID_NAMESPACE = uuid.UUID("6d1f4a7e-2b0c-4b8e-9a51-3f6c0e2d9b17")
-
-
-@dataclass
-class _Workload:
-    """One simulated workload; everything but `stopped_at` and `removed` is also in its handle."""
-
-    name: str
-    workload_id: str
-    tenant: str
-    attempt: int
-    replica: int
-    started_at: float
-    duration: float
-    exit_code: int
-    utilization: float
-    log_interval: float
-    gpu_uuids: tuple[str, ...] = ()
-    stopped_at: float | None = None
-    removed: bool = False
-
-    @property
-    def ends_at(self) -> float:
-        natural = self.started_at + self.duration
-        return natural if self.stopped_at is None else min(natural, self.stopped_at)
-
-    @property
-    def final_code(self) -> int:
-        stopped_early = self.stopped_at is not None and self.stopped_at < self.started_at + self.duration
-        return SIGTERM_EXIT_CODE if stopped_early else self.exit_code
-
-    def running(self, now: float) -> bool:
-        return not self.removed and now < self.ends_at
-
-    def handle(self, node: str) -> Handle:
-        return {
-            "runtime": "simulated",
-            "node": node,
-            "name": self.name,
-            "workload_id": self.workload_id,
-            "tenant": self.tenant,
-            "attempt": self.attempt,
-            "replica": self.replica,
-            "started_at": self.started_at,
-            "duration": self.duration,
-            "exit_code": self.exit_code,
-            "utilization": self.utilization,
-            "log_interval": self.log_interval,
-            "gpu_uuids": list(self.gpu_uuids),
-        }
-
-    @classmethod
-    def from_handle(cls, handle: Handle) -> _Workload:
-        try:
-            return cls(
-                name=str(handle["name"]),
-                workload_id=str(handle["workload_id"]),
-                tenant=str(handle["tenant"]),
-                attempt=int(handle["attempt"]),
-                replica=int(handle["replica"]),
-                started_at=float(handle["started_at"]),
-                duration=float(handle["duration"]),
-                exit_code=int(handle["exit_code"]),
-                utilization=float(handle["utilization"]),
-                log_interval=float(handle["log_interval"]),
-                gpu_uuids=tuple(handle.get("gpu_uuids") or ()),
-            )
-        except (KeyError, TypeError, ValueError) as error:
-            raise PermanentDriverError("not a simulated runtime handle", code="invalid_handle") from error
-
-
-# Node name -> workload name -> workload; shared by the runtime and probe of a node in this process.
-_registry: dict[str, dict[str, _Workload]] = {}
-_registry_lock = threading.Lock()
-
-
-def _node_workloads(node: str) -> dict[str, _Workload]:
-    with _registry_lock:
-        return _registry.setdefault(node, {})
 
 
 def _number(labels: Mapping[str, str], key: str, default: float, low: float, high: float) -> float:
@@ -187,11 +123,11 @@ class SimulatedRuntime:
         self.cpus = cpus
         self.memory_mb = memory_mb
 
-    def _workload(self, handle: Handle) -> _Workload:
+    def _workload(self, handle: Handle) -> SimulatedWorkload:
         if handle.get("runtime") != "simulated" or handle.get("node") != self.node:
             raise PermanentDriverError(f"not a simulated handle of node {self.node}", code="invalid_handle")
-        known = _node_workloads(self.node).get(str(handle.get("name")))
-        return known if known is not None else _Workload.from_handle(handle)
+        known = node_workloads(self.node).get(str(handle.get("name")))
+        return known if known is not None else SimulatedWorkload.from_handle(handle)
 
     def start(self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT) -> Handle:
         """Register `spec` as started now, or adopt the registered workload of that name; return its handle.
@@ -206,7 +142,7 @@ class SimulatedRuntime:
         _raise_injected(spec.labels.get(START_ERROR_LABEL))
         health_check = spec.labels.get(policy.LABEL_PURPOSE) == "health-check"
         default_duration = HEALTH_CHECK_DURATION if health_check else DEFAULT_DURATION
-        candidate = _Workload(
+        candidate = SimulatedWorkload(
             name=spec.name,
             workload_id=spec.workload_id,
             tenant=spec.tenant,
@@ -219,8 +155,8 @@ class SimulatedRuntime:
             log_interval=_number(spec.labels, LOG_INTERVAL_LABEL, 1.0, 0.001, 86400),
             gpu_uuids=tuple(spec.gpu_uuids),
         )
-        workloads = _node_workloads(self.node)
-        with _registry_lock:
+        workloads = node_workloads(self.node)
+        with registry_lock:
             existing = workloads.get(spec.name)
             if existing is None or existing.removed:
                 workloads[spec.name] = existing = candidate
@@ -233,7 +169,7 @@ class SimulatedRuntime:
         """Return running until the declared duration has passed (or a stop), then exited with its code."""
         return self._status(self._workload(handle))
 
-    def _status(self, workload: _Workload) -> WorkloadStatus:
+    def _status(self, workload: SimulatedWorkload) -> WorkloadStatus:
         if workload.removed:
             return WorkloadStatus(state="missing")
         started = format_ns(int(workload.started_at * 1e9))
@@ -248,8 +184,8 @@ class SimulatedRuntime:
         """End the workload now (exit code 143, as after SIGTERM) unless it has ended; idempotent."""
         workload = self._workload(handle)
         now = self.clock()
-        with _registry_lock:
-            _registry.setdefault(self.node, {})[workload.name] = workload
+        with registry_lock:
+            registry.setdefault(self.node, {})[workload.name] = workload
             if workload.running(now):
                 workload.stopped_at = now
         return self._status(workload)
@@ -257,8 +193,8 @@ class SimulatedRuntime:
     def remove(self, handle: Handle, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         """Forget the workload: later polls say `missing`."""
         workload = self._workload(handle)
-        with _registry_lock:
-            _registry.setdefault(self.node, {})[workload.name] = workload
+        with registry_lock:
+            registry.setdefault(self.node, {})[workload.name] = workload
             workload.stopped_at = workload.stopped_at or self.clock()
             workload.removed = True
 
@@ -278,7 +214,7 @@ class SimulatedRuntime:
             raise PermanentDriverError(f"invalid log cursor {since!r}", code="invalid_cursor")
         return self._lines(workload, int(since) + 1 if since is not None else 0, follow, self.clock() + timeout)
 
-    def _lines(self, workload: _Workload, index: int, follow: bool, deadline: float) -> Iterator[LogLine]:
+    def _lines(self, workload: SimulatedWorkload, index: int, follow: bool, deadline: float) -> Iterator[LogLine]:
         steps = math.ceil(workload.duration / workload.log_interval)
         while True:
             now = min(self.clock(), workload.ends_at)
@@ -304,8 +240,8 @@ class SimulatedRuntime:
 
     def list_managed(self, *, timeout: float = DEFAULT_TIMEOUT) -> list[ManagedWorkload]:
         """Return the workloads this process has started on the node and not removed."""
-        with _registry_lock:
-            workloads = [w for w in _registry.get(self.node, {}).values() if not w.removed]
+        with registry_lock:
+            workloads = [w for w in registry.get(self.node, {}).values() if not w.removed]
         return [
             ManagedWorkload(
                 w.name, w.workload_id, w.tenant, w.attempt, w.replica, self._status(w).state, w.handle(self.node)
@@ -324,162 +260,4 @@ class SimulatedRuntime:
             device_requests=True,
             cpus=self.cpus,
             memory_mb=self.memory_mb,
-        )
-
-
-# --- GPU probe ---------------------------------------------------------------------
-
-
-@dataclass
-class _GpuState:
-    info: GpuInfo
-    utilization: float | None = None
-    ecc_corrected: int = 0
-    ecc_uncorrected: int = 0
-    lost: bool = False
-    pending_xids: list[int] = field(default_factory=list)
-
-
-def simulated_uuid(node_name: str, index: int) -> str:
-    """Return the UUID of simulated GPU `index` of `node_name`: the same on every call and every host."""
-    return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node_name}/{index}')}"
-
-
-def _max_power(model: str) -> float:
-    for marker, watts in (("H200", 700.0), ("H100", 700.0), ("A100", 400.0), ("L40", 300.0)):
-        if marker in model:
-            return watts
-    return 350.0
-
-
-class SimulatedProbe:
-    """GPUs of node `node_name` that exist only in memory, with injectable faults.
-
-    Utilization follows the simulated workloads running on each GPU unless
-    `set_utilization` fixes it; temperature, power, clocks and memory follow
-    utilization, with a little deterministic noise (`seed`, by default
-    derived from the node name).
-    """
-
-    def __init__(
-        self,
-        node_name: str,
-        gpu_count: int = 8,
-        model: str = "NVIDIA H100 80GB HBM3",
-        memory_mb: int = 81559,
-        seed: int | None = None,
-        *,
-        clock: Clock = time.time,
-    ) -> None:
-        self.node = node_name
-        self.model = model
-        self.memory_mb = memory_mb
-        self.clock = clock
-        self._random = random.Random(zlib.crc32(node_name.encode()) if seed is None else seed)  # noqa: S311 -- not security
-        self._max_power = _max_power(model)
-        self._gpus = [
-            _GpuState(GpuInfo(index=i, uuid=simulated_uuid(node_name, i), model=model, memory_mb=memory_mb))
-            for i in range(gpu_count)
-        ]
-        self._by_uuid = {gpu.info.uuid: gpu for gpu in self._gpus}
-        self._lock = threading.Lock()
-
-    def _gpu(self, gpu_uuid: str) -> _GpuState:
-        try:
-            return self._by_uuid[gpu_uuid]
-        except KeyError:
-            raise PermanentDriverError(f"no simulated GPU {gpu_uuid} on {self.node}", code="not_found") from None
-
-    def set_utilization(self, gpu_uuid: str, percent: float | None) -> None:
-        """Fix the utilization of one GPU (0-100), or follow its workloads again with None."""
-        self._gpu(gpu_uuid).utilization = None if percent is None else max(0.0, min(float(percent), 100.0))
-
-    def inject(
-        self,
-        gpu_uuid: str,
-        *,
-        xid: int | None = None,
-        ecc_uncorrected: int = 0,
-        ecc_corrected: int = 0,
-        lost: bool | None = None,
-    ) -> None:
-        """Inject a fault: an XID (seen once, in the next sample), ECC errors (counted up), or a lost GPU."""
-        gpu = self._gpu(gpu_uuid)
-        with self._lock:
-            if xid is not None:
-                gpu.pending_xids.append(int(xid))
-            gpu.ecc_uncorrected += ecc_uncorrected
-            gpu.ecc_corrected += ecc_corrected
-            if lost is not None:
-                gpu.lost = lost
-
-    def heal(self, gpu_uuid: str) -> None:
-        """Clear every injected fault of one GPU, as after a reset."""
-        gpu = self._gpu(gpu_uuid)
-        with self._lock:
-            gpu.pending_xids.clear()
-            gpu.ecc_corrected = gpu.ecc_uncorrected = 0
-            gpu.lost = False
-
-    def inventory(self) -> GpuInventory:
-        """Return the simulated GPUs; a node simulated with none reports `available=False` like NVML would."""
-        if not self._gpus:
-            return GpuInventory(
-                available=False, reason="no NVIDIA GPU found (simulated node without GPUs)", simulated=True
-            )
-        return GpuInventory(
-            available=True,
-            gpus=[gpu.info for gpu in self._gpus],
-            driver_version=DRIVER_VERSION,
-            cuda_version=CUDA_VERSION,
-            simulated=True,
-        )
-
-    def sample(self) -> list[GpuSample]:
-        """Return one sample per GPU; cheap (no I/O), so it can run every second on thousands of nodes."""
-        now = self.clock()
-        load = self._workload_load(now)
-        with self._lock:
-            return [self._sample(gpu, now, load.get(gpu.info.uuid, (0.0, []))) for gpu in self._gpus]
-
-    def _workload_load(self, now: float) -> dict[str, tuple[float, list[GpuProcess]]]:
-        with _registry_lock:
-            running = [w for w in _registry.get(self.node, {}).values() if w.gpu_uuids and w.running(now)]
-        load: dict[str, tuple[float, list[GpuProcess]]] = {}
-        for workload in running:
-            pid = 10_000 + zlib.crc32(workload.name.encode()) % 50_000
-            for gpu_uuid in workload.gpu_uuids:
-                busy, processes = load.get(gpu_uuid, (0.0, []))
-                used = int(self.memory_mb * 0.6 * workload.utilization / 100)
-                load[gpu_uuid] = (min(busy + workload.utilization, 100.0), [*processes, GpuProcess(pid, used)])
-        return load
-
-    def _sample(self, gpu: _GpuState, now: float, load: tuple[float, list[GpuProcess]]) -> GpuSample:
-        xids, gpu.pending_xids = gpu.pending_xids, []
-        if gpu.lost:
-            return GpuSample(uuid=gpu.info.uuid, index=gpu.info.index, timestamp=now, xid_events=xids, lost=True)
-        busy, processes = load
-        target = gpu.utilization if gpu.utilization is not None else busy
-        utilization = max(0.0, min(100.0, target + self._random.uniform(-2, 2))) if target > 0 else 0.0
-        share = utilization / 100
-        used = (
-            sum(p.used_memory_mb or 0 for p in processes)
-            if gpu.utilization is None
-            else int(0.6 * share * self.memory_mb)
-        )
-        return GpuSample(
-            uuid=gpu.info.uuid,
-            index=gpu.info.index,
-            timestamp=now,
-            utilization_gpu=round(utilization, 1),
-            utilization_memory=round(utilization * 0.6, 1),
-            memory_used_mb=min(used + 4, self.memory_mb),
-            memory_total_mb=self.memory_mb,
-            temperature_c=round(31 + 45 * share + self._random.uniform(-0.5, 0.5), 1),
-            power_w=round(70 + (self._max_power - 70) * share + self._random.uniform(-3, 3), 1),
-            sm_clock_mhz=1980 if share > 0.05 else 345,
-            ecc_corrected=gpu.ecc_corrected,
-            ecc_uncorrected=gpu.ecc_uncorrected,
-            xid_events=xids,
-            processes=list(processes),
         )

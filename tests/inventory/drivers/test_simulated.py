@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from inventory.drivers import run_health_check, simulated
+from inventory.drivers import run_health_check, simulated, simulated_workloads
 from inventory.drivers.base import (
     DriverTimeout,
     GpuProbe,
@@ -75,7 +75,7 @@ def test_a_workload_runs_for_its_duration_then_exits_with_its_code(runtime: Simu
 
 def test_state_follows_from_the_handle_alone(runtime: SimulatedRuntime, clock: Clock, node: str) -> None:
     handle = runtime.start(sim_spec(duration=5))
-    simulated._registry.pop(node)  # as in another process
+    simulated_workloads.registry.pop(node)  # as in another process
     assert runtime.poll(handle).state == "running"
     clock.now += 6
     assert runtime.poll(handle).exit_code == 0
