@@ -1,39 +1,26 @@
-"""Workload logs: storing the batches agents ship, and retention.
+"""Storing one batch of a replica's output, only where it continues the replica's chain.
 
-Agents follow each replica's output and ship it in batches
-(`jobs.ingest_logs`). A batch names the cursor it starts after (`since`)
-and the cursor after its last line (`cursor`); the replica's `log_cursor`
-row is the end of the chain stored so far. A batch is stored only when it
-continues that chain, so a redelivered Celery task or an agent that resumed
-from an older cursor cannot store a line twice. Each line also carries its
-own cursor (`marks`), so a batch that overlaps the stored chain continues
-it from the line after the stored cursor (`aligned`): output read again
-after a lost batch (`reconcile.request_output_resends`) fits whatever
-batches of it were already on their way.
-
-Stored lines are numbered per workload (1, 2, ... across replicas and
-attempts) and kept as `LogChunk` rows of `[seq, timestamp, stream, text,
-attempt, replica]`; readers are in `jobs.selectors`.
+A batch names the cursor it starts after (`since`) and the cursor after its
+last line (`cursor`); the replica's `log_cursor` row is the end of the chain
+stored so far. A batch is stored only when it continues that chain, so a
+redelivered Celery task or an agent that resumed from an older cursor cannot
+store a line twice. Its lines get the workload's next sequence numbers in
+the same step (on Postgres, in one statement). A malformed batch raises
+LogBatchError before anything of it is stored.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
-from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
-from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 
 from jobs import live
 from jobs.models import LogChunk, Replica, Workload
-from tenants.models import Tenant
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +30,6 @@ MAX_LINE_CHARS = 16 * 1024
 TRUNCATION_MARKER = " […truncated…] "
 # Replica.log_cursor's column width.
 MAX_CURSOR_CHARS = 100
-# Retention deletes this many chunks per statement, so no delete holds locks for long.
-PURGE_BATCH = 1000
 
 
 class LogBatchError(ValueError):
@@ -145,123 +130,12 @@ def ingest_log_batch(
     return 0
 
 
-def ingest_log_batches(
-    batches: Sequence[Mapping[str, Any]], *, wait_seconds: float, poll_seconds: float = 0.02
-) -> list[dict[str, Any]]:
-    """Store a node's batches (`ingest_log_batch` arguments each) in their order per replica; return the rest.
-
-    A batch that does not continue its replica's chain usually has its
-    predecessor in a message another worker is storing right now: the
-    replica waits in place (at most `wait_seconds` for the whole message,
-    looking at the waiting replicas' cursors with one query every
-    `poll_seconds`) while the other replicas go on. Returns the batches
-    still waiting then (a replica's from the blocked one on), for the
-    caller to retry later. A batch whose lines were all stored already is
-    skipped at once; a replay without `marks` ends up waiting too and is
-    dropped by the caller's retry limit. Batches of unknown replicas and
-    malformed ones are logged and skipped: they must not cost the other
-    replicas their lines.
-    """
-    queues: dict[_ReplicaKey, deque[dict[str, Any]]] = {}
-    for batch in batches:
-        queues.setdefault(replica_key(batch), deque()).append(dict(batch))
-    deadline = time.monotonic() + wait_seconds
-    while queues:
-        cursors = _cursors(list(queues))
-        progressed = False
-        for key in list(queues):
-            progressed |= _store_ready(key, queues[key], cursors.get(key))
-            if not queues[key]:
-                del queues[key]
-        if not queues or time.monotonic() >= deadline:
-            break
-        if not progressed:
-            time.sleep(poll_seconds)
-    return [batch for pending in queues.values() for batch in pending]
-
-
-_ReplicaKey = tuple[int, int, int]
-
-
-def replica_key(batch: Mapping[str, Any]) -> _ReplicaKey:
-    """Return the (workload id, attempt, replica index) a batch belongs to."""
-    return (int(batch["workload_id"]), int(batch["attempt"]), int(batch["replica"]))
-
-
 def record_log_end(*, workload_id: int, attempt: int, replica: int, log_end: str) -> bool:
     """Record where the replica's shipped output ends (its exit report says); return whether it changed."""
     if len(log_end) > MAX_CURSOR_CHARS:
         return False
     rows = Replica.all_tenants.filter(workload_id=workload_id, attempt=attempt, index=replica).exclude(log_end=log_end)
     return rows.update(log_end=log_end) == 1
-
-
-def _cursors(keys: list[_ReplicaKey]) -> dict[_ReplicaKey, str]:
-    """Return the stored log cursor of each of these (workload, attempt, replica) that exists, in one query."""
-    condition = Q()
-    for workload_id, attempt, replica in keys:
-        condition |= Q(workload_id=workload_id, attempt=attempt, index=replica)
-    rows = Replica.all_tenants.filter(condition).values_list("workload_id", "attempt", "index", "log_cursor")
-    return {(workload_id, attempt, index): cursor for workload_id, attempt, index, cursor in rows}
-
-
-def _store_ready(key: _ReplicaKey, pending: deque[dict[str, Any]], cursor: str | None) -> bool:
-    """Store the replica's batches that continue its chain from `cursor`, in order; return whether any went."""
-    if cursor is None:
-        log.warning("%d log batches for unknown replica %s/%s/%s dropped", len(pending), *key)
-        pending.clear()
-        return True
-    progressed = False
-    while pending:
-        batch = aligned(pending[0], cursor)
-        if batch is None:
-            return progressed  # it starts further on: its predecessor has not come yet
-        if not _stored_or_skipped(batch):
-            return progressed  # someone else moved the chain meanwhile: read the cursors again
-        pending.popleft()
-        cursor = str(batch.get("cursor"))
-        progressed = True
-    return progressed
-
-
-def aligned(batch: Mapping[str, Any], cursor: str) -> dict[str, Any] | None:
-    """Return `batch` cut to continue a chain stored up to `cursor`, or None when it starts further on.
-
-    A batch starting at `cursor` continues the chain whole. The agent also
-    sends each line's own cursor (`marks`), so a batch that overlaps
-    `cursor` continues it from the line after it: output read again from a
-    stored cursor (`request_output_resend`) comes in other batch boundaries
-    than the batches of the same lines already on their way, and both must
-    fit. A batch ending at `cursor` was stored already and comes back with
-    no lines.
-    """
-    since, end, lines = str(batch.get("since")), str(batch.get("cursor")), list(batch.get("lines") or [])
-    marks = [str(mark) for mark in batch.get("marks") or []]
-    if since == cursor:
-        return dict(batch)
-    if end == cursor:
-        return {**batch, "since": cursor, "lines": [], "marks": []}
-    if cursor in marks and len(marks) == len(lines):
-        cut = marks.index(cursor) + 1
-        return {**batch, "since": cursor, "lines": lines[cut:], "marks": marks[cut:]}
-    return None
-
-
-def _stored_or_skipped(batch: dict[str, Any]) -> bool:
-    """Store one batch; return False only when its chain moved on before it (it must wait or go)."""
-    try:
-        stored = ingest_log_batch(
-            workload_id=int(batch["workload_id"]),
-            attempt=int(batch["attempt"]),
-            replica=int(batch["replica"]),
-            since=str(batch["since"]),
-            cursor=str(batch["cursor"]),
-            lines=list(batch.get("lines") or []),
-        )
-    except (LogBatchError, KeyError, TypeError, ValueError) as error:
-        log.warning("malformed log batch for workload %s skipped: %s", batch.get("workload_id"), error)
-        return True
-    return bool(stored) or not batch.get("lines")
 
 
 def _one_statement_sql() -> str:
@@ -382,40 +256,3 @@ def _log_drop(workload_id: int, attempt: int, replica: int, since: str) -> None:
         log.info(
             "log batch for %s/%s/%s after %r does not continue the chain; dropped", workload_id, attempt, replica, since
         )
-
-
-def _cutoffs(now: datetime) -> list[Q]:
-    """Return one condition per retention period in use: chunks of those tenants created before its cutoff."""
-    default_days = int(settings.LOG_RETENTION_DAYS)
-    custom = Tenant.objects.exclude(log_retention_days__isnull=True).exclude(log_retention_days=default_days)
-    days_by_tenant: dict[int, list[int]] = {}
-    for tenant_id, days in custom.values_list("id", "log_retention_days"):
-        days_by_tenant.setdefault(days or default_days, []).append(tenant_id)
-    conditions = [
-        Q(tenant_id__in=ids, created_at__lt=now - timedelta(days=days)) for days, ids in days_by_tenant.items()
-    ]
-    own_period = [tenant_id for ids in days_by_tenant.values() for tenant_id in ids]
-    conditions.append(~Q(tenant_id__in=own_period) & Q(created_at__lt=now - timedelta(days=default_days)))
-    return conditions
-
-
-def purge_expired_logs(*, now: datetime, batch: int = PURGE_BATCH) -> int:
-    """Delete log chunks older than their tenant's retention; return how many were deleted.
-
-    A tenant's `log_retention_days` applies to its workloads, the platform's
-    LOG_RETENTION_DAYS to the rest; age is the chunk's `created_at` (the
-    controller's clock, not the node's). Deletes in batches of `batch`
-    chunks, each its own short transaction, so a large backlog never holds
-    locks for long. Looks across tenants: controller only (the periodic
-    task `jobs.purge_expired_logs`).
-    """
-    deleted = 0
-    for condition in _cutoffs(now):
-        while True:
-            ids = list(LogChunk.all_tenants.filter(condition).order_by("pk").values_list("pk", flat=True)[:batch])
-            if not ids:
-                break
-            deleted += LogChunk.all_tenants.filter(pk__in=ids).delete()[0]
-            if len(ids) < batch:
-                break
-    return deleted

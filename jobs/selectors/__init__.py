@@ -1,0 +1,68 @@
+"""Scoped reads of the jobs app.
+
+Functions run under the active tenant scope (the default managers enforce
+it) unless their docstring says they look across tenants, which only the
+controller's hooks do.
+
+One module a concern, every read re-exported here: `workloads` (workloads,
+presets, allowed images), `logs`, `proxy` (the notebook proxy's access
+read), `live` (the WebSocket streams') and `telemetry` (GPU use).
+"""
+
+from jobs.selectors.live import (
+    LiveRow,
+    live_events_scope,
+    live_log_lines,
+    live_log_tail,
+    live_row_of,
+    live_rows_of_tenant,
+    live_workload_gpus,
+    live_workload_history,
+    live_workload_rows,
+    live_workload_state,
+    watchable_workload,
+)
+from jobs.selectors.logs import LogLine, LogPage, iter_log_lines, log_lines_after, workload_log
+from jobs.selectors.proxy import ProxyTarget, notebook_proxy_target
+from jobs.selectors.telemetry import GpuUsage, gpu_usage_by_tenant, minutes_while_held, workload_gpu_minutes
+from jobs.selectors.workloads import (
+    active_allocations_by_node,
+    allowed_images_for_operators,
+    allowed_images_for_tenant,
+    presets_for_tenant,
+    workload_detail,
+    workloads_for_tenant,
+    workloads_with_details,
+)
+
+__all__ = [
+    "GpuUsage",
+    "LiveRow",
+    "LogLine",
+    "LogPage",
+    "ProxyTarget",
+    "active_allocations_by_node",
+    "allowed_images_for_operators",
+    "allowed_images_for_tenant",
+    "gpu_usage_by_tenant",
+    "iter_log_lines",
+    "live_events_scope",
+    "live_log_lines",
+    "live_log_tail",
+    "live_row_of",
+    "live_rows_of_tenant",
+    "live_workload_gpus",
+    "live_workload_history",
+    "live_workload_rows",
+    "live_workload_state",
+    "log_lines_after",
+    "minutes_while_held",
+    "notebook_proxy_target",
+    "presets_for_tenant",
+    "watchable_workload",
+    "workload_detail",
+    "workload_gpu_minutes",
+    "workload_log",
+    "workloads_for_tenant",
+    "workloads_with_details",
+]
