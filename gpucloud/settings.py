@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import secrets
 import tempfile
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "channels",
+    "axes",
     "tenants",
     "inventory",
     "jobs",
@@ -78,6 +81,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Answers a login that django-axes locked out with 429. Above the last, synchronous-only middleware, so
+    # Django runs it synchronously like the rest instead of switching threads around it.
+    "axes.middleware.AxesMiddleware",
     "gpucloud.api.middleware.ApiExceptionMiddleware",
 ]
 
@@ -267,7 +273,8 @@ CELERY_BEAT_SCHEDULE = {
     "purge-telemetry": {"task": "inventory.purge_telemetry", "schedule": 86400.0},
 }
 
-AUTHENTICATION_BACKENDS = ["tenants.backends.ThrottledModelBackend"]
+# django-axes' backend comes first: it refuses a locked-out login before any password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
@@ -277,9 +284,31 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "frontend:login"
 LOGIN_REDIRECT_URL = "frontend:home"
 LOGOUT_REDIRECT_URL = "frontend:login"
-# Failed logins allowed per (username, address) before a lockout, and its length.
-LOGIN_MAX_FAILURES = env_int("LOGIN_MAX_FAILURES", 5, minimum=1, maximum=100)
-LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+# --- Login lockout (django-axes) ---------------------------------------------------
+# Every password login (the console's and the Django admin's) is counted per (username, address); after
+# LOGIN_MAX_FAILURES failures in a row, each within LOGIN_LOCKOUT_SECONDS of the last, that pair is locked
+# for LOGIN_LOCKOUT_SECONDS after the last failure, whatever the password. A success clears the count;
+# attempts refused while locked do not extend the lockout. Counters are in the default cache (Redis when
+# distributed); tenants/services/logins.py says which username and address an attempt counts against.
+AXES_ENABLED = True  # tests turn it off where they log in with Django's test client (tests/conftest.py)
+AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"
+AXES_FAILURE_LIMIT = env_int("LOGIN_MAX_FAILURES", 5, minimum=1, maximum=100)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("LOGIN_LOCKOUT_SECONDS", 900, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_USERNAME_CALLABLE = "tenants.services.logins.login_username"
+AXES_CLIENT_IP_CALLABLE = "tenants.services.logins.login_address"
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_COOLOFF_MESSAGE = (
+    "Too many failed attempts; logins to this account from this address are locked for up to "
+    f"{max(1, (int(AXES_COOLOFF_TIME.total_seconds()) + 59) // 60)} minutes."
+)
+# The cache handler keeps nothing in axes' tables, so its admin pages would only ever be empty.
+AXES_ENABLE_ADMIN = False
+# No banner at every start; failed logins are still logged (WARNING), with what they count against.
+AXES_VERBOSE = False
+# axes warns that a process-memory cache is not shared between processes: embedded, there is one process.
+SILENCED_SYSTEM_CHECKS = ["axes.W001"] if EMBEDDED else []
 # Longest lifetime an API token may be given, in days.
 API_TOKEN_MAX_DAYS = env_int("API_TOKEN_MAX_DAYS", 365, minimum=1, maximum=3650)
 
@@ -370,6 +399,25 @@ METRICS_ALLOWED_NETWORKS = _metrics_networks()
 # it to HTTPS (GPUCLOUD_HTTPS) would send it to a port that does not serve TLS.
 SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
 
+# --- API throttles (docs/api.md) -------------------------------------------------------
+# Requests allowed per API token, per user (all of their tokens and browser sessions together) and per
+# anonymous client address, as COUNT/PERIOD (second, minute, hour or day) or "off"; API_THROTTLE=0 turns
+# all three off. Counters are in the default cache: Redis when distributed, so every web process counts
+# together; process memory when embedded, which is one process.
+API_THROTTLE = env_bool("API_THROTTLE", True)
+_RATE = re.compile(r"[1-9][0-9]{0,8}/(s|sec|second|m|min|minute|h|hour|d|day)")
+
+
+def _throttle_rate(name: str, default: str) -> str | None:
+    """Return the rate the variable `name` sets (COUNT/PERIOD), or None when it or API_THROTTLE turns it off."""
+    rate = env_str(name, default) or default
+    if rate.lower() == "off":
+        return None
+    if not _RATE.fullmatch(rate):
+        raise ImproperlyConfigured(f"{name}={rate!r} is not a rate such as 1200/min (or off).")
+    return rate if API_THROTTLE else None
+
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "tenants.authentication.ApiTokenAuthentication",
@@ -389,6 +437,19 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["gpucloud.api.parsers.JSONParser"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "gpucloud.api.negotiation.StrictContentNegotiation",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "gpucloud.api.throttling.TokenThrottle",
+        "gpucloud.api.throttling.UserThrottle",
+        "gpucloud.api.throttling.AnonymousThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "token": _throttle_rate("API_THROTTLE_TOKEN_RATE", "1200/min"),
+        "user": _throttle_rate("API_THROTTLE_USER_RATE", "2400/min"),
+        "anon": _throttle_rate("API_THROTTLE_ANON_RATE", "60/min"),
+    },
+    # The client address of an anonymous request: the socket's peer, or behind a trusted proxy the
+    # X-Forwarded-For entry that proxy wrote (the last), never one the client could have written.
+    "NUM_PROXIES": 1 if TRUST_X_FORWARDED_FOR else 0,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "gpucloud API",

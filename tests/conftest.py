@@ -110,6 +110,16 @@ def _test_settings(settings: Any) -> None:
     settings.CACHES = {
         name: {**config, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"} for name, config in settings.CACHES.items()
     }
+    # django-axes' handler keeps the cache it was made with: setting AXES_HANDLER makes a new one, in this namespace.
+    settings.AXES_HANDLER = settings.AXES_HANDLER
+    # Login lockout and API throttles are on only in the tests of them (tests/frontend/test_pages.py,
+    # tests/tenants/test_admin.py, tests/api/test_throttling.py): Django's test client logs in without a
+    # request, which axes refuses, and the fuzz and other tests send thousands of requests a minute.
+    settings.AXES_ENABLED = False
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": dict.fromkeys(settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]),
+    }
     # Tests render templates without running collectstatic; the manifest
     # storage of production is exercised by tests/gpucloud/test_up.py.
     settings.STORAGES = {

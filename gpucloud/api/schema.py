@@ -9,6 +9,7 @@ component). Which statuses an operation can return follows from its shape:
   past the last one);
 - 409 when it writes (a concurrent change, a state that forbids it);
 - 413 and 415 when it takes a body (JSON only, at most 16 MiB);
+- 429 always while throttling is on (gpucloud.api.throttling), with `Retry-After`;
 - 500 always (with a request id to quote).
 """
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.openapi import AutoSchema
+
+from gpucloud.api.throttling import throttling_enabled
 
 ERROR_COMPONENT = {
     "type": "object",
@@ -55,16 +58,21 @@ _DESCRIPTIONS = {
     "409": "The change conflicts with the object's state or a concurrent change.",
     "413": "The body is larger than the API reads (16 MiB).",
     "415": "The body is not JSON (Content-Type: application/json).",
+    "429": "Over the API's rate for this token, user or address; retry after Retry-After seconds.",
     "500": "An unexpected error; the request id identifies it in the logs.",
 }
 _WRITES = {"post", "put", "patch", "delete"}
+_RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}}
 
 
-def error_statuses(method: str, operation: dict[str, Any]) -> list[str]:
-    """Return the error statuses `operation` (an OpenAPI operation object for `method`) can answer."""
+def error_statuses(method: str, operation: dict[str, Any], *, throttled: bool = False) -> list[str]:
+    """Return the error statuses `operation` (an OpenAPI operation object for `method`) can answer.
+
+    `throttled`: whether the API's throttles are on, so that any operation may answer 429.
+    """
     kinds = {parameter.get("in") for parameter in operation.get("parameters", [])}
     lists = "page" in {parameter.get("name") for parameter in operation.get("parameters", [])}
-    statuses = ["401", "403", "500"]
+    statuses = ["401", "403", "500"] + (["429"] if throttled else [])
     if "requestBody" in operation or "query" in kinds or method in _WRITES - {"delete"}:
         statuses.append("400")
     if "requestBody" in operation:
@@ -80,12 +88,16 @@ def add_error_responses(result: dict[str, Any], generator: Any, request: Any, pu
     """drf-spectacular postprocessing hook: the `Error` component, and each operation's error answers."""
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_COMPONENT
     envelope = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    throttled = throttling_enabled()
     for item in result.get("paths", {}).values():
         for method, operation in item.items():
             if not isinstance(operation, dict) or "responses" not in operation:
                 continue
-            for status in error_statuses(method, operation):
-                operation["responses"].setdefault(status, {"description": _DESCRIPTIONS[status], "content": envelope})
+            for status in error_statuses(method, operation, throttled=throttled):
+                answer: dict[str, Any] = {"description": _DESCRIPTIONS[status], "content": envelope}
+                if status == "429":
+                    answer["headers"] = _RETRY_AFTER
+                operation["responses"].setdefault(status, answer)
     return result
 
 

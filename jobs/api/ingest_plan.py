@@ -67,6 +67,7 @@ INERT_MIDDLEWARE = {
     "django.contrib.sessions.middleware.SessionMiddleware": "a token request never touches the session",
     "django.middleware.csrf.CsrfViewMiddleware": "DRF exempts token requests; no CSRF cookie is set",
     "django.contrib.auth.middleware.AuthenticationMiddleware": "a lazy user; the token decides",
+    "axes.middleware.AxesMiddleware": "answers only a login that django-axes locked out; a token never logs in",
     "django.contrib.messages.middleware.MessageMiddleware": "no message is stored",
     "gpucloud.api.middleware.ApiExceptionMiddleware": "the ingest answers its own errors with the same envelope",
 }

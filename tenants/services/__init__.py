@@ -5,7 +5,6 @@ from tenants.services.logins import (
     clear_login_failures,
     login_locked_for,
     purge_expired_sessions,
-    record_login_failure,
 )
 from tenants.services.members import Invitation, invite_member, remove_member, update_member
 from tenants.services.quotas import (
@@ -47,7 +46,6 @@ __all__ = [
     "login_locked_for",
     "purge_expired_sessions",
     "record_audit_event",
-    "record_login_failure",
     "remove_member",
     "revoke_token",
     "set_password",

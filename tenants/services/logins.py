@@ -1,49 +1,69 @@
-"""Login throttling: after repeated failures for one (username, address) the login is locked for a while.
+"""Login lockout, which django-axes enforces, and expired browser sessions.
 
-Failures are counted in the cache (Redis when distributed, process memory
-when embedded); a lockout slows guessing to LOGIN_MAX_FAILURES tries per
-LOGIN_LOCKOUT_SECONDS per account and address, whatever the password.
+axes counts the failures of every password login (the console's and the
+Django admin's) per (username, address), in the cache: Redis when
+distributed, process memory when embedded. Its backend refuses a locked
+pair before any password is checked. The policy is in settings (AXES_*,
+from LOGIN_MAX_FAILURES and LOGIN_LOCKOUT_SECONDS). Here is what axes asks
+of the project (which username and address an attempt counts against) and
+what the project asks of axes (is a pair locked, forget its failures).
 """
 
 from __future__ import annotations
 
-import hashlib
-import time
+from collections.abc import Mapping
+from typing import Any
 
+from axes.handlers.proxy import AxesProxyHandler
+from axes.helpers import get_cache_timeout
+from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.sessions.models import Session
-from django.core.cache import cache
+from django.http import HttpRequest
 from django.utils import timezone
 
+from tenants.context import current_request_info
 
-def _key(username: str, address: str | None) -> str:
-    raw = f"{username.strip().lower()}|{address or '-'}"
-    return "login-failures:" + hashlib.sha256(raw.encode()).hexdigest()
+
+def _folded(username: str) -> str:
+    return username.strip().lower()
+
+
+def login_username(request: HttpRequest, credentials: Mapping[str, Any] | None) -> str | None:
+    """Return the username a login attempt counts against (AXES_USERNAME_CALLABLE).
+
+    Trimmed and lower-cased, so that "Alice " and "alice" share one count.
+    """
+    source = credentials if credentials is not None else request.POST
+    username = source.get("username")
+    return _folded(username) if isinstance(username, str) else None
+
+
+def login_address(request: HttpRequest) -> str | None:
+    """Return the address a login attempt counts against (AXES_CLIENT_IP_CALLABLE): the one the audit log records."""
+    return current_request_info().source_ip
 
 
 def login_locked_for(username: str, address: str | None) -> int:
-    """Return how many seconds logins for (username, address) stay locked; 0 when allowed."""
-    record = cache.get(_key(username, address))
-    if not record or record["count"] < settings.LOGIN_MAX_FAILURES:
+    """Return for how many seconds, at most, logins of (username, address) stay locked; 0 when allowed.
+
+    axes refuses such a login by itself; this lets a form say so before
+    asking for it.
+    """
+    if not settings.AXES_ENABLED:
         return 0
-    return max(0, int(record["since"] + settings.LOGIN_LOCKOUT_SECONDS - time.time()))
+    attempt = AccessAttempt(username=_folded(username), ip_address=address)
+    if AxesProxyHandler.get_implementation().get_failures(attempt) < settings.AXES_FAILURE_LIMIT:
+        return 0
+    return int(get_cache_timeout() or 0)
 
 
-def record_login_failure(username: str, address: str | None) -> int:
-    """Count one failed login and return the failures counted in the current window."""
-    key = _key(username, address)
-    record = cache.get(key) or {"count": 0, "since": time.time()}
-    record = {"count": record["count"] + 1, "since": time.time()}
-    cache.set(key, record, timeout=settings.LOGIN_LOCKOUT_SECONDS)
-    return int(record["count"])
+def clear_login_failures(username: str, address: str | None) -> None:
+    """Forget the failures of (username, address), lifting its lockout."""
+    AxesProxyHandler.reset_attempts(username=_folded(username), ip_address=address)
 
 
 def purge_expired_sessions() -> int:
     """Delete browser sessions past their expiry and return how many went; safe to run any time."""
     deleted, _ = Session.objects.filter(expire_date__lt=timezone.now()).delete()
     return deleted
-
-
-def clear_login_failures(username: str, address: str | None) -> None:
-    """Forget the failures of (username, address) after a successful login."""
-    cache.delete(_key(username, address))

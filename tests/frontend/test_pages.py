@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from django.conf import settings
 from django.test import Client
 
 from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota
@@ -120,9 +119,10 @@ def test_member_cannot_mint_a_token_above_their_role(world: World) -> None:
     assert not ApiToken.all_tenants.exists()
 
 
-def test_login_locks_after_repeated_failures_even_for_the_right_password(world: World) -> None:
+def test_login_locks_after_repeated_failures_even_for_the_right_password(world: World, settings) -> None:
+    settings.AXES_ENABLED = True
     client = Client()
-    for _ in range(settings.LOGIN_MAX_FAILURES):
+    for _ in range(settings.AXES_FAILURE_LIMIT):
         client.post("/login/", {"username": "member_a", "password": "wrong"})
     response = client.post("/login/", {"username": "member_a", "password": PASSWORD})
     assert response.status_code == 200

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
+import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.sessions.backends.db import SessionStore
 from django.contrib.sessions.models import Session
+from django.test import Client
 from django.utils import timezone
 
 from gpucloud.celery import app
@@ -65,12 +68,12 @@ def test_channel_layer_round_trips_through_redis() -> None:
 
 
 @pytest.mark.redis
-def test_login_throttle_state_is_shared_through_redis() -> None:
+def test_login_lockout_state_is_shared_through_redis(db: None, settings: Any) -> None:
     assert settings.CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
-    from tenants.services import clear_login_failures, login_locked_for, record_login_failure
-
-    clear_login_failures("redis-probe", "127.0.0.9")
-    for _ in range(settings.LOGIN_MAX_FAILURES):
-        record_login_failure("redis-probe", "127.0.0.9")
-    assert login_locked_for("redis-probe", "127.0.0.9") > 0
-    clear_login_failures("redis-probe", "127.0.0.9")
+    settings.AXES_ENABLED = True
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        Client().post("/login/", {"username": "redis-probe", "password": "wrong"})
+    prefix = settings.CACHES["default"]["KEY_PREFIX"]
+    assert redis.Redis.from_url(settings.REDIS_URL).keys(f"{prefix}:*axes-*"), "failures must be counted in Redis"
+    response = Client().post("/login/", {"username": "redis-probe", "password": "wrong"})
+    assert "Too many failed attempts" in response.content.decode()
