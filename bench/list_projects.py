@@ -76,6 +76,11 @@ def _free_port() -> int:
 def _serve(port: int) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-c", "from gpucloud.cli import main; main()", "serve", "--port", str(port)]
     server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return _listening(server, port, "gpucloud serve")
+
+
+def _listening(server: subprocess.Popen[bytes], port: int, what: str) -> subprocess.Popen[bytes]:
+    """Return `server` once it accepts connections on `port` (at most 60 s); kill it and stop the bench if not."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -84,7 +89,7 @@ def _serve(port: int) -> subprocess.Popen[bytes]:
         except OSError:
             time.sleep(0.1)
     server.kill()
-    raise SystemExit("gpucloud serve did not start")
+    raise SystemExit(f"{what} did not start")
 
 
 def _measure(port: int, path: str, secret: str, requests: int) -> list[float]:

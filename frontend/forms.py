@@ -11,7 +11,7 @@ from django.conf import settings
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
-from gpucloud.errors import Conflict
+from common.errors import Conflict
 from inventory.choices import GpuHealth, NodeKind, NodeState, PlacementPolicy, RuntimeKind
 from inventory.models import NodePool
 from jobs.choices import PriorityClass, WorkloadKind, WorkloadState

@@ -6,6 +6,8 @@ import os
 
 from celery import Celery
 
+from common.control import PromptAcks, RecoverOnConnect
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpucloud.settings")
 
 app = Celery("gpucloud")
@@ -13,3 +15,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # The agent's tasks live in a sub-package of the inventory app.
 app.autodiscover_tasks(["inventory.agent"])
+# Control work: every worker clears the coalescing markers when its consumer (re)connects, and acknowledges
+# control messages as it takes them (common.control says why).
+app.steps["consumer"].add(RecoverOnConnect)
+app.steps["consumer"].add(PromptAcks)

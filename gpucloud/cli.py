@@ -62,7 +62,7 @@ def _ensure_first_operator() -> None:
 
 def _reconcile_now() -> None:
     """Ask for a reconcile at once: after a restart, work the broker lost is launched or released now."""
-    from gpucloud import control
+    from common import control
 
     try:
         control.request("jobs.reconcile")

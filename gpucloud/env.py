@@ -8,7 +8,10 @@ fall back silently to a default.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -137,3 +140,66 @@ def env_url(name: str, default: str | None, *, schemes: tuple[str, ...]) -> str 
     if scheme not in schemes:
         raise ImproperlyConfigured(f"{name}={value!r} must start with one of: {', '.join(s + '://' for s in schemes)}.")
     return value
+
+
+def secret_key(data_dir: Path, *, required: bool) -> str:
+    """Return SECRET_KEY from the environment (50 characters at least), or the one kept in `data_dir`.
+
+    With `required` (distributed with DEBUG off) a missing SECRET_KEY stops
+    start-up; otherwise one is made once, owner-readable only, and kept.
+    """
+    configured = env_str("SECRET_KEY")
+    if configured is not None:
+        if len(configured) < 50:
+            raise ImproperlyConfigured("SECRET_KEY must be at least 50 characters long.")
+        return configured
+    if required:
+        raise ImproperlyConfigured("SECRET_KEY is required when REDIS_URL is set and DEBUG is off.")
+    key_file = data_dir / "secret_key"
+    if not key_file.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        key_file.touch(mode=0o600)
+        key_file.write_text(secrets.token_urlsafe(64))
+    return key_file.read_text().strip()
+
+
+def _loopback(host: str) -> bool:
+    """Return whether an ALLOWED_HOSTS entry names only this machine (localhost, 127.0.0.0/8, ::1)."""
+    name = host.lower().strip("[]")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_only(hosts: list[str]) -> bool:
+    """Return whether `hosts` names at least one host and none but this machine's loopback names."""
+    return bool(hosts) and all(_loopback(host) for host in hosts)
+
+
+def env_networks(name: str) -> list[str]:
+    """Return the list variable `name` (empty by default), each item checked to be an address or a CIDR network."""
+    networks = env_list(name, [])
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} has {network!r}, which is not an address or a network (e.g. 10.0.0.0/8)."
+            ) from None
+    return networks
+
+
+_RATE = re.compile(r"[1-9][0-9]{0,8}/(s|sec|second|m|min|minute|h|hour|d|day)")
+
+
+def env_rate(name: str, default: str) -> str | None:
+    """Return the rate the variable `name` sets (COUNT/PERIOD, e.g. 1200/min), or None for `off`."""
+    rate = env_str(name, default) or default
+    if rate.lower() == "off":
+        return None
+    if not _RATE.fullmatch(rate):
+        raise ImproperlyConfigured(f"{name}={rate!r} is not a rate such as 1200/min (or off).")
+    return rate

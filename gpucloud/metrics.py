@@ -26,7 +26,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gpucloud import control
+from common import control
 from inventory.metrics import InventoryCollector
 from jobs.metrics import ActiveGpuAllocations, JobsCollector
 

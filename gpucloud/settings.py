@@ -1,4 +1,4 @@
-"""The one settings module: every deployment difference is an environment variable.
+"""The settings: every deployment difference is an environment variable (the API's part: settings_api).
 
 Embedded mode (the default) is REDIS_URL unset: SQLite in the data directory,
 in-memory channel layer and cache, Celery on an in-process transport. Setting
@@ -8,10 +8,7 @@ and their meanings are listed in compose/.env.example.
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import re
-import secrets
 import tempfile
 import warnings
 from datetime import timedelta
@@ -20,7 +17,19 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from gpucloud.env import env_bool, env_int, env_list, env_path, env_str, env_url, parse_database_url
+from gpucloud.env import (
+    env_bool,
+    env_int,
+    env_list,
+    env_networks,
+    env_path,
+    env_str,
+    env_url,
+    loopback_only,
+    parse_database_url,
+    secret_key,
+)
+from gpucloud.settings_api import SCHEMA_SETTINGS, api_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = env_path("GPUCLOUD_DATA_DIR", BASE_DIR / "data")
@@ -30,24 +39,7 @@ REDIS_URL = env_url("REDIS_URL", None, schemes=("redis", "rediss", "unix"))
 EMBEDDED = REDIS_URL is None
 
 
-def _secret_key() -> str:
-    """Return SECRET_KEY from the environment, or in embedded mode the one kept in the data directory."""
-    configured = env_str("SECRET_KEY")
-    if configured is not None:
-        if len(configured) < 50:
-            raise ImproperlyConfigured("SECRET_KEY must be at least 50 characters long.")
-        return configured
-    if not EMBEDDED and not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY is required when REDIS_URL is set and DEBUG is off.")
-    key_file = DATA_DIR / "secret_key"
-    if not key_file.exists():
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
-        key_file.touch(mode=0o600)
-        key_file.write_text(secrets.token_urlsafe(64))
-    return key_file.read_text().strip()
-
-
-SECRET_KEY = _secret_key()
+SECRET_KEY = secret_key(DATA_DIR, required=not EMBEDDED and not DEBUG)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 CSRF_FAILURE_VIEW = "gpucloud.views.csrf_failure"
@@ -84,7 +76,7 @@ MIDDLEWARE = [
     # Answers a login that django-axes locked out with 429. Above the last, synchronous-only middleware, so
     # Django runs it synchronously like the rest instead of switching threads around it.
     "axes.middleware.AxesMiddleware",
-    "gpucloud.api.middleware.ApiExceptionMiddleware",
+    "common.api.middleware.ApiExceptionMiddleware",
 ]
 
 ROOT_URLCONF = "gpucloud.urls"
@@ -172,7 +164,7 @@ _LIVE_BACKENDS = {
     "core": "channels_redis.core.RedisChannelLayer",
 }
 if EMBEDDED:
-    CHANNEL_LAYERS["live"] = {"BACKEND": "gpucloud.live_layer.InProcessChannelLayer"}
+    CHANNEL_LAYERS["live"] = {"BACKEND": "common.live_layer.InProcessChannelLayer"}
 else:
     CHANNEL_LAYERS["live"] = {"BACKEND": _LIVE_BACKENDS[LIVE_CHANNEL_LAYER], "CONFIG": {"hosts": [REDIS_URL]}}
 # Open live connections per user, across web processes; one more is closed with code 4429.
@@ -332,22 +324,6 @@ STORAGES = {
 # --- HTTPS hardening ---------------------------------------------------------------
 
 
-def _loopback(host: str) -> bool:
-    """Return whether an ALLOWED_HOSTS entry names only this machine (localhost, 127.0.0.0/8, ::1)."""
-    name = host.lower().strip("[]")
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def _loopback_only(hosts: list[str]) -> bool:
-    """Return whether `hosts` names at least one host and none but this machine's loopback names."""
-    return bool(hosts) and all(_loopback(host) for host in hosts)
-
-
 # Secure cookies, HSTS and the redirect to https are the default with DEBUG
 # off, so `check --deploy` passes with SECRET_KEY and ALLOWED_HOSTS alone.
 # Plain HTTP stays the default only with DEBUG on, or for a console that
@@ -355,7 +331,7 @@ def _loopback_only(hosts: list[str]) -> bool:
 # on this machine), where HSTS would only pin `localhost` to https for every
 # other local server. A plain-HTTP lab deployment opts out explicitly with
 # GPUCLOUD_HTTPS=0.
-HTTPS = env_bool("GPUCLOUD_HTTPS", not DEBUG and not _loopback_only(ALLOWED_HOSTS))
+HTTPS = env_bool("GPUCLOUD_HTTPS", not DEBUG and not loopback_only(ALLOWED_HOSTS))
 SESSION_COOKIE_SECURE = HTTPS
 CSRF_COOKIE_SECURE = HTTPS
 SECURE_SSL_REDIRECT = HTTPS and env_bool("SECURE_SSL_REDIRECT", True)
@@ -381,96 +357,14 @@ if METRICS_TOKEN is not None and len(METRICS_TOKEN) < 24:
     raise ImproperlyConfigured("METRICS_TOKEN must be at least 24 characters long.")
 
 
-def _metrics_networks() -> list[str]:
-    """Return METRICS_ALLOWED_NETWORKS, each item checked to be an address or a CIDR network."""
-    networks = env_list("METRICS_ALLOWED_NETWORKS", [])
-    for network in networks:
-        try:
-            ipaddress.ip_network(network, strict=False)
-        except ValueError:
-            raise ImproperlyConfigured(
-                f"METRICS_ALLOWED_NETWORKS has {network!r}, which is not an address or a network (e.g. 10.0.0.0/8)."
-            ) from None
-    return networks
-
-
-METRICS_ALLOWED_NETWORKS = _metrics_networks()
+METRICS_ALLOWED_NETWORKS = env_networks("METRICS_ALLOWED_NETWORKS")
 # Prometheus scrapes the web process directly over the internal network in plain HTTP; redirecting
 # it to HTTPS (GPUCLOUD_HTTPS) would send it to a port that does not serve TLS.
 SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
 
-# --- API throttles (docs/api.md) -------------------------------------------------------
-# Requests allowed per API token, per user (all of their tokens and browser sessions together) and per
-# anonymous client address, as COUNT/PERIOD (second, minute, hour or day) or "off"; API_THROTTLE=0 turns
-# all three off. Counters are in the default cache: Redis when distributed, so every web process counts
-# together; process memory when embedded, which is one process.
-API_THROTTLE = env_bool("API_THROTTLE", True)
-_RATE = re.compile(r"[1-9][0-9]{0,8}/(s|sec|second|m|min|minute|h|hour|d|day)")
-
-
-def _throttle_rate(name: str, default: str) -> str | None:
-    """Return the rate the variable `name` sets (COUNT/PERIOD), or None when it or API_THROTTLE turns it off."""
-    rate = env_str(name, default) or default
-    if rate.lower() == "off":
-        return None
-    if not _RATE.fullmatch(rate):
-        raise ImproperlyConfigured(f"{name}={rate!r} is not a rate such as 1200/min (or off).")
-    return rate if API_THROTTLE else None
-
-
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "tenants.authentication.ApiTokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "gpucloud.api.pagination.Pagination",
-    "DEFAULT_FILTER_BACKENDS": [
-        "gpucloud.api.filters.FilterBackend",
-        "rest_framework.filters.OrderingFilter",
-        "rest_framework.filters.SearchFilter",
-    ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "gpucloud.api.errors.exception_handler",
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    # JSON only: one encoding with real types (a form's "" and "true" are not an integer, null or a boolean).
-    "DEFAULT_PARSER_CLASSES": ["gpucloud.api.parsers.JSONParser"],
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "gpucloud.api.negotiation.StrictContentNegotiation",
-    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
-    "DEFAULT_THROTTLE_CLASSES": [
-        "gpucloud.api.throttling.TokenThrottle",
-        "gpucloud.api.throttling.UserThrottle",
-        "gpucloud.api.throttling.AnonymousThrottle",
-    ],
-    "DEFAULT_THROTTLE_RATES": {
-        "token": _throttle_rate("API_THROTTLE_TOKEN_RATE", "1200/min"),
-        "user": _throttle_rate("API_THROTTLE_USER_RATE", "2400/min"),
-        "anon": _throttle_rate("API_THROTTLE_ANON_RATE", "60/min"),
-    },
-    # The client address of an anonymous request: the socket's peer, or behind a trusted proxy the
-    # X-Forwarded-For entry that proxy wrote (the last), never one the client could have written.
-    "NUM_PROXIES": 1 if TRUST_X_FORWARDED_FOR else 0,
-}
-SPECTACULAR_SETTINGS = {
-    "TITLE": "gpucloud API",
-    "DESCRIPTION": "Multi-tenant GPU cloud console. Authenticate with `Authorization: Bearer <token>`.",
-    "VERSION": "1",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "SWAGGER_UI_DIST": "/static/vendor/swagger-ui",
-    "SWAGGER_UI_FAVICON_HREF": "/static/gpucloud/favicon.svg",
-    "COMPONENT_SPLIT_REQUEST": True,
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "gpucloud.api.schema.add_error_responses",
-    ],
-    "ENUM_NAME_OVERRIDES": {
-        "MembershipRoleEnum": "tenants.choices.MEMBERSHIP_ROLES",
-        "RoleEnum": "tenants.choices.Role",
-        "NodeKindEnum": "inventory.choices.NodeKind",
-        "WorkloadKindEnum": "jobs.choices.WorkloadKind",
-        "WorkloadStateEnum": "jobs.choices.WorkloadState",
-    },
-}
+# --- The API: DRF, its throttles (docs/api.md) and the OpenAPI schema -----------------------------
+API_THROTTLE, REST_FRAMEWORK = api_settings(num_proxies=1 if TRUST_X_FORWARDED_FOR else 0)
+SPECTACULAR_SETTINGS = SCHEMA_SETTINGS
 
 # WhiteNoise streams static files through a synchronous iterator, which
 # Django's ASGI handler drains in a thread and warns about on every file.
@@ -489,8 +383,6 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": _LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
-        # httpx logs every request at INFO: for the notebook proxy that is one line per proxied request.
-        "httpx": {"level": "WARNING"},
         # Beat and the workers log every periodic task sent, received and done at INFO: several lines a
         # second that would push the console's address and first password off the screen. At DEBUG only.
         **{name: {"level": _ROUTINE_LOG_LEVEL} for name in _ROUTINE_LOGGERS},

@@ -9,8 +9,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
-from gpucloud.api.errors import error_body
-from gpucloud.api.middleware import server_error_response
+from common.api.errors import error_body
+from common.api.middleware import server_error_response
 from gpucloud.metrics import metrics_refusal, render_metrics
 
 

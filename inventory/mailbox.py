@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpucloud.celery import app
+from celery import current_app as app
 
 log = logging.getLogger(__name__)
 

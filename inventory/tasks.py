@@ -11,8 +11,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
-from gpucloud import control
-from gpucloud.control import CoalescingTask
+from common import control
+from common.control import CoalescingTask
 from inventory import mailbox, selectors, services
 from inventory.agent.simulated import simulated_reports
 from inventory.services.rollups import purge_expired_minutes

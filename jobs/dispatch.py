@@ -17,10 +17,9 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from celery import current_app as app
 from django.db import transaction
 from kombu.exceptions import OperationalError
-
-from gpucloud.celery import app
 
 log = logging.getLogger(__name__)
 

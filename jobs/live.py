@@ -3,7 +3,7 @@
 Every publisher sends after the surrounding transaction commits (a
 rolled-back change is never announced, and a reader that reacts by
 querying the database finds what it was told about) and never raises
-into its caller: sending goes through `gpucloud.live_layer.publish`, which
+into its caller: sending goes through `common.live_layer.publish`, which
 queues and returns. Groups:
 
 - `logs.workload.<id>`: `log.lines` with each stored batch's lines, in the
@@ -25,7 +25,7 @@ from typing import Any
 
 from django.db import transaction
 
-from gpucloud.live_layer import Outgoing, publish
+from common.live_layer import Outgoing, publish
 from inventory.agent.reporter import node_gpu_group
 from jobs.choices import TERMINAL_STATES
 from jobs.models import Workload

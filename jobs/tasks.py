@@ -8,7 +8,7 @@ from typing import Any
 from celery import Task, shared_task
 from django.utils import timezone
 
-from gpucloud.control import INGEST_QUEUE, REPORT_RETRY, CoalescingTask
+from common.control import INGEST_QUEUE, REPORT_RETRY, CoalescingTask
 from jobs.scheduler.shell import run_pass
 from jobs.services import execution, idle, logs, reconcile, replicas, watchdog
 

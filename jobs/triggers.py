@@ -3,7 +3,7 @@
 Submissions, cancellations and completions call `request_scheduling_pass`;
 the pass itself is the coalescing task `jobs.schedule_pass`, requested by
 name so this module does not import the scheduler shell. A request made
-while a pass already waits in the broker merges into it (`gpucloud.control`),
+while a pass already waits in the broker merges into it (`common.control`),
 because a pass looks at everything pending: however many submissions
 arrive, and however far the workers fall behind, at most one pass waits.
 """
@@ -15,7 +15,7 @@ import logging
 from django.db import transaction
 from kombu.exceptions import OperationalError
 
-from gpucloud import control
+from common import control
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
-from gpucloud.errors import Conflict
+from common.errors import Conflict
 from tenants import services
 from tenants.context import Actor
 from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota

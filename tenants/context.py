@@ -2,48 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tenants.choices import Role, Via
+from common.requests import RequestInfo, current_request_info, request_info
+from tenants.choices import Role
+
+__all__ = ["SYSTEM", "Actor", "RequestInfo", "current_request_info", "request_info"]
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
     from tenants.models import ApiToken
-
-
-@dataclass(frozen=True)
-class RequestInfo:
-    """The request an action came through; empty for actions from the CLI or workers."""
-
-    request_id: str = ""
-    source_ip: str | None = None
-    via: Via = Via.SYSTEM
-
-
-_request_info: ContextVar[RequestInfo] = ContextVar(
-    "gpucloud_request_info",
-    default=RequestInfo(),  # noqa: B039 -- frozen dataclass, shared safely
-)
-
-
-def current_request_info() -> RequestInfo:
-    """Return the request in progress, or an empty RequestInfo outside a request."""
-    return _request_info.get()
-
-
-@contextmanager
-def request_info(info: RequestInfo) -> Iterator[RequestInfo]:
-    """Run the block with `info` as the current request."""
-    token = _request_info.set(info)
-    try:
-        yield info
-    finally:
-        _request_info.reset(token)
 
 
 @dataclass(frozen=True)

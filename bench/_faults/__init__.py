@@ -7,5 +7,7 @@
 - `truth`: what each workload really does (deterministic output, exit code), and which of its processes run;
 - `ledger`: read-only SQL over the console's database (SQLite or Postgres), whatever the code version;
 - `observe`: a poller that checks the invariants every second and records when they last started to hold;
-- `catalog`: the faults and the settings of a run; `scenarios`: the runner; `report`: the figures and the table.
+- `catalog`: the faults and the settings of a run; `report`: the figures and the table;
+- `scenarios`: the runner (`run_fault`), made of `stage` (set up and tear down a run), `drive` (the work and
+  the fault) and `measure` (observe until settled, then the figures).
 """

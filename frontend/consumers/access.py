@@ -1,7 +1,7 @@
 """Revocation: telling a user's open streams that their access may have changed.
 
 Every live consumer (and the notebook proxy's WebSocket leg) joins its
-user's group `access.user.<id>` (`gpucloud.live_layer.access_group`). When
+user's group `access.user.<id>` (`common.live_layer.access_group`). When
 something that decides access changes (a membership's role or its removal,
 a token revoked or deleted, a user deactivated or their password changed,
 a tenant deactivated, a logout), the change is announced to the users
@@ -25,7 +25,7 @@ from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
-from gpucloud.live_layer import Outgoing, access_group, publish
+from common.live_layer import Outgoing, access_group, publish
 from jobs.live import publish_workload_deleted
 from jobs.models import Workload
 from tenants.models import ApiToken, Membership, Tenant

@@ -29,9 +29,9 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.utils import timezone
 
+from common.live_layer import LIVE_ALIAS, access_group
 from frontend.consumers.auth import PROTOCOL, Access, Principal, current_access
 from frontend.consumers.limits import acquire_slot, refresh_slot, release_slot
-from gpucloud.live_layer import LIVE_ALIAS, access_group
 from tenants.context import Actor
 
 log = logging.getLogger(__name__)

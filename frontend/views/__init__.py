@@ -23,6 +23,7 @@ from django.urls import reverse_lazy
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from common.errors import Conflict
 from frontend import forms
 from frontend.access import Page, actor_of, operator_view, tenant_view
 from frontend.selectors import (
@@ -31,7 +32,6 @@ from frontend.selectors import (
     tenants_with_counts,
     tokens_in_scope_of_user,
 )
-from gpucloud.errors import Conflict
 from inventory import selectors as pool_selectors
 from tenants import selectors, services
 from tenants.choices import Role

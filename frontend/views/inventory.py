@@ -20,11 +20,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from common.errors import Conflict
 from frontend import forms, live_paths
 from frontend import selectors as ui_selectors
 from frontend.access import actor_of, operator_view
 from frontend.views import again, attempt, message_of
-from gpucloud.errors import Conflict
 from inventory import selectors, services
 from inventory.choices import NodeState, PlacementPolicy, can_transition
 from inventory.models import Node, NodePool

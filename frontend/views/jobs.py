@@ -22,10 +22,10 @@ from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.utils.text import slugify
 
+from common.errors import Conflict
 from frontend import forms, live_paths, selectors
 from frontend.access import Page, operator_view, tenant_view
 from frontend.views import again, message_of
-from gpucloud.errors import Conflict
 from inventory.models import NodePool
 from inventory.selectors import pools_open_to_tenant
 from jobs import selectors as job_selectors

@@ -33,11 +33,12 @@ def report(task: str, **kwargs: Any) -> None:
     """Send one report to the controller; the broker keeps it while the controller is down.
 
     Log batches travel on the ingest queue, every other report on `control`
-    (`gpucloud.control.queue_for`), so output never delays an exit report's turn.
+    (`common.control.queue_for`), so output never delays an exit report's turn.
     Raises what the broker raises once REPORT_PUBLISH_RETRY is spent.
     """
-    from gpucloud.celery import app
-    from gpucloud.control import queue_for
+    from celery import current_app as app
+
+    from common.control import queue_for
 
     app.send_task(task, kwargs=kwargs, queue=queue_for(task), retry=True, retry_policy=REPORT_PUBLISH_RETRY)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucloud.live_layer import publish
+from common.live_layer import publish
 from inventory.mailbox import post_report
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from gpucloud.api.fields import Integer
+from common.api.fields import Integer
 from inventory.choices import NodeKind, PlacementPolicy, RuntimeKind
 from inventory.models import Gpu, Node, NodeEvent, NodePool
 from tenants.api.fields import ScopedSlugField

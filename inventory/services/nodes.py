@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from gpucloud.errors import Conflict, invalid
+from common.errors import Conflict, invalid
 from inventory.choices import LIVE_STATES, REASON_REQUIRED, NodeKind, NodeState, RuntimeKind, can_transition
 from inventory.holds import holds_on_nodes
 from inventory.models import Gpu, Node, NodeEvent, NodePool

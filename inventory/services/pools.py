@@ -5,12 +5,12 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import ProtectedError
 
-from gpucloud.errors import Conflict, invalid
+from common.errors import Conflict, invalid
 from inventory.choices import PlacementPolicy
 from inventory.models import NodePool
 from tenants.context import Actor
 from tenants.models import Tenant, TenantQuota
-from tenants.services import record_audit_event, snapshot, update_audited
+from tenants.services import delete_audited, record_audit_event, snapshot, update_audited
 from tenants.services.access import require_operator
 from tenants.services.validation import clean_fields
 
@@ -92,14 +92,9 @@ def update_node_pool(
 def delete_node_pool(*, actor: Actor, pool: NodePool) -> None:
     """Delete a pool; operators only. Raises Conflict while quotas still reference it."""
     require_operator(actor)
-    record_audit_event(
-        actor=actor,
-        action="node_pool.delete",
-        obj=pool,
-        tenant_id=pool.dedicated_tenant_id,
-        before=snapshot(pool, POOL_FIELDS),
-    )
     try:
-        pool.delete()
+        delete_audited(
+            actor=actor, action="node_pool.delete", obj=pool, tenant_id=pool.dedicated_tenant_id, audited=POOL_FIELDS
+        )
     except ProtectedError as error:
         raise Conflict("Remove the quotas in this pool first.", code="pool_in_use") from error

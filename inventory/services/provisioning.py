@@ -18,11 +18,11 @@ import re
 from datetime import timedelta
 from typing import Any
 
+from celery import current_app as app
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from gpucloud.celery import app
 from inventory.choices import GpuHealth, MigMode, NodeState, RuntimeKind
 from inventory.models import Gpu, Node
 from inventory.services.nodes import record_node_event, transition_node

@@ -22,12 +22,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
+from inventory import sql
 from inventory.models import GpuMinute, Node
 
 # Samples stamped further ahead of the controller's clock than this are refused: a node clock far in the future
@@ -184,48 +185,8 @@ def roll_up_reports(
         if not partials:
             return 0
         merge_minutes(partials)
-        _mark_rolled_up(newest)
+        sql.advance_rollup_marks(newest)
     return sum(partial.samples for partial in partials.values())
-
-
-# The rollup columns a merge writes, with their Postgres array types (the minute travels as epoch seconds).
-_COLUMN_TYPES = {
-    "gpu_id": "bigint",
-    "minute": "double precision",
-    "samples": "integer",
-    "utilization_sum": "double precision",
-    "utilization_max": "double precision",
-    "memory_used_max_mb": "integer",
-    "power_samples": "integer",
-    "power_sum": "double precision",
-    "temperature_max": "double precision",
-}
-_COLUMNS = tuple(_COLUMN_TYPES)
-
-
-def _merge_sql(vendor: str) -> str:
-    """Return the upsert of one partial per row: sums and counts add, maxima take the greater known value."""
-    table = connection.ops.quote_name(GpuMinute._meta.db_table)
-    greatest = "GREATEST({0}, {1})" if vendor == "postgresql" else "MAX(COALESCE({0}, {1}), COALESCE({1}, {0}))"
-    updates = [
-        f"{c} = {table}.{c} + excluded.{c}" for c in ("samples", "utilization_sum", "power_samples", "power_sum")
-    ]
-    updates += [
-        f"{c} = {greatest.format(f'{table}.{c}', f'excluded.{c}')}"
-        for c in ("utilization_max", "memory_used_max_mb", "temperature_max")
-    ]
-    if vendor == "postgresql":
-        # One statement whatever the batch's size: each column travels as one array.
-        arrays = ", ".join(f"%s::{kind}[]" for kind in _COLUMN_TYPES.values())
-        values = ", ".join("to_timestamp(u.minute)" if c == "minute" else f"u.{c}" for c in _COLUMNS)
-        source = f"SELECT {values} FROM unnest({arrays}) AS u({', '.join(_COLUMNS)})"  # noqa: S608 -- no values
-    else:
-        source = f"VALUES ({', '.join(['%s'] * len(_COLUMNS))})"
-    # Only the model's own table and column names are interpolated; every value is a parameter.
-    return (
-        f"INSERT INTO {table} ({', '.join(_COLUMNS)}) {source} "
-        f"ON CONFLICT (gpu_id, minute) DO UPDATE SET {', '.join(updates)}"
-    )
 
 
 def merge_minutes(partials: Partials) -> None:
@@ -248,38 +209,7 @@ def merge_minutes(partials: Partials) -> None:
         )
         for (gpu_id, minute), p in sorted(partials.items())
     ]
-    sql = _merge_sql(connection.vendor)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(sql, [list(column) for column in zip(*rows, strict=True)])
-        else:
-            field = GpuMinute._meta.get_field("minute")
-            cursor.executemany(
-                sql,
-                [
-                    (row[0], field.get_db_prep_value(datetime.fromtimestamp(row[1], UTC), connection), *row[2:])
-                    for row in rows
-                ],
-            )
-
-
-def _mark_rolled_up(newest: dict[int, float]) -> None:
-    """Advance each node's replay mark to its newest sample rolled up (never backwards)."""
-    table = connection.ops.quote_name(Node._meta.db_table)
-    mark = "samples_rolled_up_until"
-    # Only the model's own table and column names are interpolated; every value is a parameter.
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                f"UPDATE {table} SET {mark} = GREATEST({table}.{mark}, v.until) "  # noqa: S608
-                f"FROM unnest(%s::bigint[], %s::double precision[]) AS v(id, until) WHERE {table}.id = v.id",
-                [list(newest), list(newest.values())],
-            )
-        else:
-            cursor.executemany(
-                f"UPDATE {table} SET {mark} = MAX(COALESCE({mark}, %s), %s) WHERE id = %s",  # noqa: S608
-                [(until, until, node_id) for node_id, until in newest.items()],
-            )
+    sql.merge_gpu_minutes(rows)
 
 
 def purge_expired_minutes(*, now: datetime, batch: int = PURGE_BATCH) -> int:

@@ -10,16 +10,16 @@ thousands of agents; the history goes to the per-minute rollups
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from inventory import sql
 from inventory.choices import GpuHealth, NodeState
 from inventory.health import assess_sample, worsens
 from inventory.mailbox import fresh
@@ -38,34 +38,10 @@ def _remember_unknown(names: set[str], now: datetime) -> None:
 
 
 def _store_samples(rows: list[tuple[float | None, int | None, dict[str, Any], int]], now: datetime) -> None:
-    """Write (utilization, memory used, sample, GPU id) rows, sampled at `now`, in one statement per batch.
-
-    `bulk_update` builds a CASE expression per row and field, which costs
-    milliseconds per GPU in Python. On Postgres the rows travel as one JSON
-    document into one UPDATE ... FROM jsonb_to_recordset: a pipelined
-    executemany cost ~100 us per GPU, and an array of JSON texts as much
-    again in the driver's quoting. Elsewhere a parameterized executemany.
-    A GPU reported twice in a batch keeps its last sample.
-    """
+    """Write (utilization, memory used, sample, GPU id) rows, sampled at `now`, in one statement per batch
+    (`inventory.sql.store_gpu_samples`). A GPU reported twice in a batch keeps its last sample."""
     latest = {gpu_id: (util, mem, sample) for util, mem, sample, gpu_id in rows}
-    table = connection.ops.quote_name(Gpu._meta.db_table)
-    at = Gpu._meta.get_field("last_sample_at").get_db_prep_value(now, connection)
-    # The only interpolated parts are the model's own table and column names, quoted by the backend.
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            document = [{"id": i, "util": u, "mem": m, "sample": s} for i, (u, m, s) in latest.items()]
-            cursor.execute(
-                f"UPDATE {table} SET utilization = v.util, memory_used_mb = v.mem, last_sample = v.sample, "  # noqa: S608
-                "last_sample_at = %s FROM jsonb_to_recordset(%s::jsonb) "
-                f"AS v(id bigint, util double precision, mem integer, sample jsonb) WHERE {table}.id = v.id",
-                [at, json.dumps(document)],
-            )
-        else:
-            cursor.executemany(
-                f"UPDATE {table} SET utilization = %s, memory_used_mb = %s, last_sample = %s, last_sample_at = %s "  # noqa: S608
-                "WHERE id = %s",
-                [(u, m, json.dumps(s), at, gpu_id) for gpu_id, (u, m, s) in latest.items()],
-            )
+    sql.store_gpu_samples(latest, now)
 
 
 @dataclass(frozen=True, slots=True)

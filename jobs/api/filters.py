@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import django_filters
 
-from gpucloud.api.filters import StrictFilterSet
+from common.api.filters import StrictFilterSet
 from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Workload
 

@@ -12,13 +12,13 @@ common case itself. A request
   (`strict_body`), naming a project, pools and presets that exist there,
 
 goes to `jobs.services.submit_batch` along with every other such request
-in flight (`gpucloud.groupcommit`): one transaction, one set of ledger
+in flight (`common.groupcommit`): one transaction, one set of ledger
 reads and three writes for the whole batch, each request still accepted or
 refused on its own. Bodies of 64 KiB and more (large bulk submissions) go
 in a lane of their own, with `SUBMISSION_INGEST_BULK_THREADS` threads, so
 they never hold up single submissions. The answer is the API view's: the same rows
 (`workload_rows`), the same error envelope
-(`gpucloud.api.errors.exception_handler`), the same headers (DRF's and the
+(`common.api.errors.exception_handler`), the same headers (DRF's and the
 middleware's); tests/jobs/test_ingest.py holds the two paths to that.
 
 Any other request goes to Django untouched, the body read so far replayed,
@@ -46,10 +46,10 @@ from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
-from gpucloud.api.errors import error_body, exception_handler
-from gpucloud.api.parsers import MAX_BODY_BYTES as API_MAX_BODY_BYTES
-from gpucloud.asgitypes import ASGIApp, Message, Receive, Scope, Send
-from gpucloud.groupcommit import GroupCommit
+from common.api.errors import error_body, exception_handler
+from common.api.parsers import MAX_BODY_BYTES as API_MAX_BODY_BYTES
+from common.asgitypes import ASGIApp, Message, Receive, Scope, Send
+from common.groupcommit import GroupCommit
 from jobs.api.ingest_plan import IngestPlan, Route, build_plan
 from jobs.api.serializers import prefetch_references, workload_rows
 from jobs.services import Submission, SubmissionRequest, submit_batch

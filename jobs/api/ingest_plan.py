@@ -7,7 +7,7 @@ Django. It restates no rule of the API; it runs the API's own parts:
   view's `default_response_headers`; the role a submission needs: the
   view's `required_role()` for `create`; its throttles: the view's
   `check_throttles`;
-- the body: the view's parser; its JSON types: `gpucloud.api.types` over
+- the body: the view's parser; its JSON types: `common.api.types` over
   the view's input serializer; each item field: that field's own
   `run_validation` (choices, bounds, lengths, validators), and an item is
   served only when every field gives back exactly what was sent (a value
@@ -45,7 +45,7 @@ from rest_framework.parsers import BaseParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.serializers import BaseSerializer, DictField, ListField, ListSerializer, Serializer
 
-from gpucloud.api.types import type_errors
+from common.api.types import type_errors
 from tenants.api.fields import ScopedSlugField
 from tenants.authentication import ApiTokenAuthentication
 from tenants.choices import Role
@@ -69,7 +69,7 @@ INERT_MIDDLEWARE = {
     "django.contrib.auth.middleware.AuthenticationMiddleware": "a lazy user; the token decides",
     "axes.middleware.AxesMiddleware": "answers only a login that django-axes locked out; a token never logs in",
     "django.contrib.messages.middleware.MessageMiddleware": "no message is stored",
-    "gpucloud.api.middleware.ApiExceptionMiddleware": "the ingest answers its own errors with the same envelope",
+    "common.api.middleware.ApiExceptionMiddleware": "the ingest answers its own errors with the same envelope",
 }
 """Middleware that changes nothing in a token-authenticated submission's answer, and why."""
 

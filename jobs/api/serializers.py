@@ -7,7 +7,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from gpucloud.api.fields import Integer, ObjectId
+from common.api.fields import Integer, ObjectId
 from inventory.selectors import pools_open_to_tenant
 from jobs.choices import PriorityClass, WorkloadKind, WorkloadState
 from jobs.models import Allocation, AllowedImage, LaunchPreset, Workload, WorkloadEvent

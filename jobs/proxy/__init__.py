@@ -47,7 +47,7 @@ import weakref
 from channels.db import database_sync_to_async
 from channels.security.websocket import AllowedHostsOriginValidator
 
-from gpucloud.asgitypes import ASGIApp, Receive, Scope, Send
+from common.asgitypes import ASGIApp, Receive, Scope, Send
 from jobs.proxy.access import authorize, same_site_origin, session_key
 from jobs.proxy.http import CONNECT_TIMEOUT, IO_TIMEOUT, _plain, proxy_http
 from jobs.proxy.rewrite import SecretMask, downstream_headers, upstream_headers, upstream_url

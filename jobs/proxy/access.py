@@ -22,8 +22,8 @@ from django.contrib.auth import get_user
 from django.http import HttpRequest, parse_cookie
 from django.http.request import validate_host
 
-from gpucloud.asgitypes import Scope
-from gpucloud.live_layer import LIVE_ALIAS, access_group
+from common.asgitypes import Scope
+from common.live_layer import LIVE_ALIAS, access_group
 from jobs.selectors import ProxyTarget, notebook_proxy_target
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable
 
-from gpucloud.asgitypes import Receive, Scope, Send
+from common.asgitypes import Receive, Scope, Send
 from jobs.proxy.rewrite import SecretMask, downstream_headers, upstream_headers, upstream_url
 from jobs.selectors import ProxyTarget
 from jobs.upstream import UpstreamError, UpstreamPool, UpstreamResponse, UpstreamTimeout

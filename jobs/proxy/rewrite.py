@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from gpucloud.asgitypes import Scope
+from common.asgitypes import Scope
 from jobs.selectors import ProxyTarget
 
 _HOP_BY_HOP = frozenset(

@@ -16,7 +16,7 @@ from channels.db import database_sync_to_async
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from gpucloud.asgitypes import Message, Receive, Scope, Send
+from common.asgitypes import Message, Receive, Scope, Send
 from jobs.proxy.access import _access_changes, authorize, session_key
 from jobs.proxy.http import CONNECT_TIMEOUT, _first_of
 from jobs.proxy.rewrite import SecretMask, _origin, upstream_headers, upstream_url

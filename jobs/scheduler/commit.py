@@ -15,10 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import connection
 from django.db.models import F
 
-from jobs import dispatch, live
+from jobs import dispatch, live, sql
 from jobs.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, Workload, WorkloadEvent
 from jobs.scheduler import core
@@ -222,15 +221,7 @@ def _record_waiting(waiting: Mapping[str, core.Waiting], ledger: Ledger, result:
     result.waiting = len(waiting)
     if not rows:
         return []
-    table = connection.ops.quote_name(Workload._meta.db_table)
-    # The only interpolated part is the model's own table name, quoted by the backend; executemany is
-    # pipelined by the driver, where bulk_update would build a CASE expression per row and field.
-    sql = (
-        f"UPDATE {table} SET reason_code = %s, reason_message = %s, reason_hint = %s, queue_position = %s "  # noqa: S608
-        "WHERE id = %s AND state = 'pending'"
-    )
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
+    sql.record_reasons(rows, pending=WorkloadState.PENDING.value)
     return [row[-1] for row in rows]
 
 

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
-from gpucloud.errors import Conflict
+from common.errors import Conflict
 from jobs.choices import ACTIVE_STATES, TERMINAL_STATES, ReasonCode, WorkloadState
 from jobs.models import Allocation, Workload
 from jobs.services import images
 from jobs.services import quota_rules as rules
-from jobs.services.lifecycle import transition_workload
+from jobs.services.lifecycle import next_attempt_fields, transition_workload
 from jobs.services.spec import WorkloadSpec
 from jobs.services.stopping import stop_workload
 from jobs.triggers import request_scheduling_pass
@@ -131,18 +130,8 @@ def restart_workload(*, actor: Actor, workload: Workload) -> Workload:
         to_state=WorkloadState.PENDING,
         reason_code=ReasonCode.RESTARTED,
         message=f"Restarted by {actor.label} as attempt {workload.attempt + 1}.",
-        attempt=F("attempt") + 1,
         submitted_at=now,
-        reason_hint="",
-        queue_position=None,
-        scheduled_at=None,
-        started_at=None,
-        finished_at=None,
-        exit_code=None,
-        session_secret="",
-        stop_requested_at=None,
-        idle_warned_at=None,
-        idle_extended_at=None,
+        **next_attempt_fields(),
     )
     current = _reloaded(workload)
     if not moved:

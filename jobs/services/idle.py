@@ -32,7 +32,7 @@ from django.db import transaction
 from django.db.models import Exists, Q
 from django.utils import timezone
 
-from gpucloud.errors import Conflict
+from common.errors import Conflict
 from inventory.selectors import minute_start
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
 from jobs.jupyter import ActivitySource, JupyterActivity, JupyterClient, JupyterUnavailable

@@ -20,17 +20,17 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
-from gpucloud.errors import invalid
+from common.errors import invalid
+from jobs import sql
 from jobs.choices import WorkloadKind
 from jobs.models import AllowedImage
-from jobs.services.quota_rules import fetch, placeholders
 from jobs.services.spec import IMAGE_RULE, MAX_IMAGE_LENGTH, WorkloadSpec, prefixed
 from tenants.context import Actor
 from tenants.models import Tenant
 from tenants.services.access import require_operator
-from tenants.services.audit import record_audit_event, snapshot
+from tenants.services.audit import delete_audited, record_audit_event, snapshot
 
 IMAGE_FIELDS = ["tenant", "pattern", "notebook", "description"]
 MAX_DESCRIPTION_LENGTH = 200
@@ -90,16 +90,11 @@ def policies_for_tenants(tenant_ids: Collection[int]) -> dict[int, ImagePolicy]:
     ids = sorted(set(tenant_ids))
     # The tenants' and the platform-wide patterns, plus any one row (whoever's) so
     # the same query also says whether the platform has a pattern at all.
-    table = connection.ops.quote_name(AllowedImage._meta.db_table)
-    where = f"tenant_id IN ({placeholders(len(ids))}) OR tenant_id IS NULL OR id = (SELECT MIN(id) FROM {table})"  # noqa: S608 -- names from the models' metadata; every value is a parameter
-    sql = f"SELECT tenant_id, pattern, notebook FROM {table} WHERE {where}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
-    rows = fetch(sql, ids) if ids else []
+    rows = sql.allowed_image_rows(ids) if ids else []
     return {
         tenant_id: ImagePolicy(
             enforced=bool(rows),
-            patterns=tuple(
-                (pattern, bool(notebook)) for owner, pattern, notebook in rows if owner in (tenant_id, None)
-            ),
+            patterns=tuple((pattern, notebook) for owner, pattern, notebook in rows if owner in (tenant_id, None)),
         )
         for tenant_id in ids
     }
@@ -159,11 +154,6 @@ def delete_allowed_image(*, actor: Actor, image: AllowedImage) -> None:
     Raises PermissionDenied.
     """
     require_operator(actor)
-    record_audit_event(
-        actor=actor,
-        action="allowed_image.delete",
-        obj=image,
-        tenant_id=image.tenant_id,
-        before=snapshot(image, IMAGE_FIELDS),
+    delete_audited(
+        actor=actor, action="allowed_image.delete", obj=image, tenant_id=image.tenant_id, audited=IMAGE_FIELDS
     )
-    image.delete()

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from jobs import live
@@ -21,6 +22,29 @@ from jobs.models import Allocation, Workload, WorkloadEvent
 
 
 @transaction.atomic
+def next_attempt_fields() -> dict[str, Any]:
+    """Return the fields of a workload going back to the queue as a new attempt (`transition_workload` kwargs).
+
+    The attempt counts up; what the last attempt left is cleared: its place
+    and hint in the queue, its times and exit code, the notebook's session
+    secret, its stop request and idle marks. A restart and a requeue (after
+    a preemption, a lost node or a lost run) both start from here.
+    """
+    return {
+        "attempt": F("attempt") + 1,
+        "reason_hint": "",
+        "queue_position": None,
+        "scheduled_at": None,
+        "started_at": None,
+        "finished_at": None,
+        "exit_code": None,
+        "session_secret": "",
+        "stop_requested_at": None,
+        "idle_warned_at": None,
+        "idle_extended_at": None,
+    }
+
+
 def transition_workload(
     *,
     workload_id: int,

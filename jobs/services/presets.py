@@ -17,32 +17,20 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from gpucloud.errors import invalid
+from common.errors import invalid
 from inventory.models import NodePool
 from jobs.choices import WorkloadKind
 from jobs.models import LaunchPreset
 from jobs.services import images
-from jobs.services.spec import check_container, check_idle_timeout, check_image, check_int, check_kind
+from jobs.services.spec import FILLED_BY_PRESET, check_container, check_idle_timeout, check_image, check_int, check_kind
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Tenant, TenantQuota
 from tenants.services.access import require_role
-from tenants.services.audit import record_audit_event, snapshot, update_audited
+from tenants.services.audit import delete_audited, record_audit_event, snapshot, update_audited
 
-PRESET_FIELDS = [
-    "name",
-    "description",
-    "kind",
-    "image",
-    "command",
-    "pool",
-    "gpus_per_replica",
-    "replicas",
-    "cpu_milli",
-    "memory_mib",
-    "idle_timeout_seconds",
-    "max_runtime_seconds",
-]
+# A preset's own fields: its name and description, what it fills in a submission, and what only a preset sets.
+PRESET_FIELDS = ["name", "description", *FILLED_BY_PRESET, "idle_timeout_seconds"]
 MAX_NAME_LENGTH = 63
 MAX_DESCRIPTION_LENGTH = 200
 _RESOURCES = ("gpus_per_replica", "replicas", "cpu_milli", "memory_mib", "max_runtime_seconds")
@@ -114,14 +102,7 @@ def update_preset(*, actor: Actor, preset: LaunchPreset, changes: dict[str, Any]
 def delete_preset(*, actor: Actor, preset: LaunchPreset) -> None:
     """Delete a launch preset; tenant admins and operators. Workloads launched from it keep running, unlinked."""
     require_role(actor, preset.tenant, Role.ADMIN)
-    record_audit_event(
-        actor=actor,
-        action="preset.delete",
-        obj=preset,
-        tenant_id=preset.tenant_id,
-        before=snapshot(preset, PRESET_FIELDS),
-    )
-    preset.delete()
+    delete_audited(actor=actor, action="preset.delete", obj=preset, tenant_id=preset.tenant_id, audited=PRESET_FIELDS)
 
 
 def _values_of(preset: LaunchPreset) -> PresetValues:

@@ -6,10 +6,9 @@ field and the rule. The caller holds the lock on the project's quota rows,
 so the counts cannot change under it.
 
 The reads every submission makes (the locked limits, the pool's GPUs, the
-allowed images) are written in SQL through `fetch`: building the same
-query with the ORM costs about ten times its round trip to Postgres, which
-made query construction the largest part of a single submission
-(bench/submissions.py). The SQL is plain enough for SQLite too.
+counts) are written in SQL, in `jobs.sql`: building the same queries with
+the ORM made query construction the largest part of a single submission
+(bench/submissions.py).
 """
 
 from __future__ import annotations
@@ -21,16 +20,14 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
-from django.db import connection
-from django.db.models import Model
 
-from gpucloud.errors import invalid
+from common.errors import invalid
 from inventory.choices import GpuHealth, NodeState
-from inventory.models import Gpu, Node, NodePool
+from inventory.models import NodePool
+from jobs import sql
 from jobs.choices import TERMINAL_STATES, WorkloadKind, WorkloadState
-from jobs.models import Workload
 from jobs.services.spec import WorkloadSpec, prefixed
-from tenants.models import Project, ProjectQuota, TenantQuota
+from tenants.models import Project
 
 # Nodes whose GPUs count toward the largest placement possible: everything
 # that is or may come back in service. Retired and failed nodes do not.
@@ -54,52 +51,6 @@ class Limits:
         return self.max_pending is not None or self.max_notebooks_per_user is not None
 
 
-def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Return the rows of one read-only statement on the default database."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall())
-
-
-def placeholders(count: int) -> str:
-    """Return `%s, %s, ...` for an IN list of `count` values."""
-    return ", ".join(["%s"] * count)
-
-
-def is_in(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-    """Return the condition that `column` is one of `values`, and its parameters.
-
-    On Postgres one array parameter, whatever the count: a thousand
-    placeholders cost more to send and parse than the statement's work.
-    """
-    if connection.vendor == "postgresql":
-        return f"{column} = ANY(%s)", [list(values)]
-    return f"{column} IN ({placeholders(len(values))})", list(values)
-
-
-def _table(model: type[Model]) -> str:
-    return connection.ops.quote_name(model._meta.db_table)
-
-
-_LIMIT_COLUMNS = ("max_pending_workloads", "max_notebooks_per_user", "max_runtime_seconds")
-
-
-def _limits_sql(pair_count: int, *, lock: bool) -> str:
-    own = ", ".join(f"pq.{name}" for name in _LIMIT_COLUMNS)
-    tenants = ", ".join(f"tq.{name}" for name in _LIMIT_COLUMNS)
-    # Only the project's rows are locked; the tenant's limits are read as they stand, as the scheduler reads them.
-    locking = " FOR UPDATE OF pq" if lock and connection.features.has_select_for_update_of else ""
-    tables = (
-        f"{_table(ProjectQuota)} pq LEFT JOIN {_table(TenantQuota)} tq "
-        "ON tq.tenant_id = pq.tenant_id AND tq.pool_id = pq.pool_id"
-    )
-    pairs = ", ".join(["(%s, %s)"] * pair_count)
-    where = f"(pq.project_id, pq.pool_id) IN ({pairs})"
-    columns = f'pq.project_id, pq.pool_id, pq."limit", {own}, {tenants}'
-    # One order for every caller (project, then pool), so submissions locking several rows never deadlock.
-    return f"SELECT {columns} FROM {tables} WHERE {where} ORDER BY pq.project_id, pq.pool_id{locking}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
-
-
 def limits_of(pairs: Collection[tuple[int, NodePool]], *, lock: bool) -> dict[tuple[int, int], Limits]:
     """Return the limits of these (project id, pool) pairs by (project id, pool id), with `lock` locking
     their quota rows (in (project, pool) order, so that lockers never deadlock).
@@ -112,7 +63,7 @@ def limits_of(pairs: Collection[tuple[int, NodePool]], *, lock: bool) -> dict[tu
     keys = sorted({(project_id, pool.pk) for project_id, pool in pairs})
     if not keys:
         return {}
-    rows = fetch(_limits_sql(len(keys), lock=lock), [value for key in keys for value in key])
+    rows = sql.quota_limits(keys, lock=lock)
     return {(row[0], row[1]): _limits(pools[row[1]], row[1:]) for row in rows}
 
 
@@ -221,21 +172,12 @@ def check_placement(
             raise _at(error, index, bulk) from None
 
 
-def _gpus_sql(pool_count: int) -> str:
-    gone = placeholders(len(_GONE_NODE_STATES))
-    tables = f"{_table(Gpu)} g JOIN {_table(Node)} n ON n.id = g.node_id"
-    where = (
-        f"g.present = %s AND g.health <> %s AND n.pool_id IN ({placeholders(pool_count)}) AND n.state NOT IN ({gone})"
-    )
-    columns = "n.pool_id, g.node_id, g.model"
-    return f"SELECT {columns}, COUNT(*) FROM {tables} WHERE {where} GROUP BY {columns}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
-
-
 def gpus_by_node(pool_ids: Sequence[int]) -> dict[int, list[dict[str, int]]]:
     """Return {pool id: [{GPU model: count} per node]} of the GPUs that could ever be placed on."""
-    params = [True, GpuHealth.FAILED.value, *pool_ids, *(state.value for state in _GONE_NODE_STATES)]
+    gone = [state.value for state in _GONE_NODE_STATES]
+    rows = sql.gpu_counts(pool_ids, failed=GpuHealth.FAILED.value, gone_node_states=gone) if pool_ids else []
     per_node: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
-    for pool_id, node_id, model, count in fetch(_gpus_sql(len(pool_ids)), params) if pool_ids else []:
+    for pool_id, node_id, model, count in rows:
         per_node[(pool_id, node_id)][model] = count
     result: dict[int, list[dict[str, int]]] = defaultdict(list)
     for (pool_id, _), models in sorted(per_node.items()):
@@ -325,28 +267,11 @@ def load_counts(needs: Sequence[CountNeed]) -> Counts:
         pending |= more_pending
         notebooks |= more_notebooks
     counts = Counts()
-    workload = _table(Workload)
     if pending:
-        pairs = ", ".join(["(%s, %s)"] * len(pending))
-        sql = (
-            f"SELECT project_id, pool_id, COUNT(*) FROM {workload} "  # noqa: S608 -- names from the models' metadata; every value is a parameter
-            f"WHERE state = %s AND (project_id, pool_id) IN ({pairs}) GROUP BY project_id, pool_id"
-        )
-        params = [WorkloadState.PENDING.value, *(v for key in sorted(pending) for v in key)]
-        counts.pending = {(row[0], row[1]): row[2] for row in fetch(sql, params)}
+        counts.pending = sql.pending_counts(pending, pending=WorkloadState.PENDING.value)
     if notebooks:
-        triples = ", ".join(["(%s, %s, %s)"] * len(notebooks))
-        sql = (
-            f"SELECT project_id, owner_id, pool_id, COUNT(*) FROM {workload} "  # noqa: S608 -- names from the models' metadata; every value is a parameter
-            f"WHERE kind = %s AND state IN ({placeholders(len(_LIVE_STATES))}) "
-            f"AND (project_id, owner_id, pool_id) IN ({triples}) GROUP BY project_id, owner_id, pool_id"
-        )
-        params = [
-            WorkloadKind.NOTEBOOK.value,
-            *(state.value for state in _LIVE_STATES),
-            *(v for key in sorted(notebooks) for v in key),
-        ]
-        counts.notebooks = {(row[0], row[1], row[2]): row[3] for row in fetch(sql, params)}
+        live = [state.value for state in _LIVE_STATES]
+        counts.notebooks = sql.notebook_counts(notebooks, notebook=WorkloadKind.NOTEBOOK.value, states=live)
     return counts
 
 

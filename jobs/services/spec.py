@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from gpucloud.errors import invalid
+from common.errors import invalid
 from inventory.drivers.policy import SpecRefused, check_container_request
 from inventory.models import NodePool
 from jobs.choices import PriorityClass, WorkloadKind
@@ -45,7 +45,7 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
 IDLE_TIMEOUT_RANGE = (60, 365 * 24 * 3600)
 _REQUIRED = ("name", "image", "pool")
 # Fields a preset fills in; the rest (name, env, ...) are the submitter's own.
-PRESET_FIELDS = (
+FILLED_BY_PRESET = (
     "kind",
     "image",
     "command",
@@ -135,7 +135,7 @@ def _with_preset(data: Mapping[str, Any]) -> dict[str, Any]:
         return dict(data)
     if not isinstance(preset, LaunchPreset):
         raise invalid("preset", "invalid", "Must be a launch preset.")
-    defaults: dict[str, Any] = {name: getattr(preset, name) for name in PRESET_FIELDS}
+    defaults: dict[str, Any] = {name: getattr(preset, name) for name in FILLED_BY_PRESET}
     defaults["command"] = list(preset.command)
     merged = {**defaults, **data}
     # The idle timeout is a notebook's; a preset's notebook launched as a batch job leaves it behind.

@@ -26,7 +26,7 @@ from django.utils import timezone
 from jobs import dispatch
 from jobs.choices import ACTIVE_STATES, TERMINAL_STATES, ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
-from jobs.services.lifecycle import release_allocations, transition_workload
+from jobs.services.lifecycle import next_attempt_fields, release_allocations, transition_workload
 from jobs.triggers import request_scheduling_pass
 
 LIVE_REPLICA_STATES = (ReplicaState.LAUNCHING, ReplicaState.RUNNING)
@@ -140,14 +140,7 @@ def requeue_workload(*, workload: Workload, message: str) -> bool:
         to_state=WorkloadState.PENDING,
         reason_code=workload.reason_code,
         message=message,
-        attempt=F("attempt") + 1,
-        reason_hint="",
-        queue_position=None,
-        scheduled_at=None,
-        started_at=None,
-        finished_at=None,
-        exit_code=None,
-        session_secret="",
+        **next_attempt_fields(),
     )
     if moved:
         request_scheduling_pass()

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from gpucloud import control
+from common import control
 from inventory.choices import NodeState
 from jobs.choices import ACTIVE_STATES, ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload
@@ -29,7 +29,7 @@ def enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
     """Fail running workloads past their maximum runtime and launches stuck past the start timeout; return counts.
 
     Start timeouts are judged only by a process that has run for a whole
-    timeout (`gpucloud.control.watching_for`).
+    timeout (`common.control.watching_for`).
     """
     moment = now or timezone.now()
     over = 0

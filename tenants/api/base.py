@@ -23,7 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
-from gpucloud.api.types import type_errors
+from common.api.types import type_errors
 from tenants.authentication import token_membership_role
 from tenants.choices import Role
 from tenants.context import Actor
@@ -128,7 +128,7 @@ class BaseViewSet(GenericViewSet):
         """Validate the request body with `serializer_class` and return its data.
 
         Raises ValidationError naming every failing field at once: values of
-        the wrong JSON type (`gpucloud.api.types`, which DRF would coerce)
+        the wrong JSON type (`common.api.types`, which DRF would coerce)
         and whatever the serializer refuses.
         """
         data = self.request.data

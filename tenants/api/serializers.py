@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
-from gpucloud.api.fields import Integer
+from common.api.fields import Integer
 from inventory.selectors import pools_open_to_tenant
 from tenants.api.fields import ScopedSlugField
 from tenants.choices import MEMBERSHIP_ROLES, Role

@@ -10,7 +10,7 @@ from rest_framework import mixins, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gpucloud.api.schema import SingleObjectSchema
+from common.api.schema import SingleObjectSchema
 from tenants import selectors, services
 from tenants.api import serializers as s
 from tenants.api.base import PlatformViewSet, TenantViewSet

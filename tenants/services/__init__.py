@@ -1,6 +1,6 @@
 """All writes and workflows of the tenancy app. Every function is atomic and writes one audit event."""
 
-from tenants.services.audit import record_audit_event, snapshot, update_audited
+from tenants.services.audit import delete_audited, record_audit_event, snapshot, update_audited
 from tenants.services.logins import (
     clear_login_failures,
     login_locked_for,
@@ -38,6 +38,7 @@ __all__ = [
     "create_tenant",
     "create_tenant_quota",
     "create_token",
+    "delete_audited",
     "delete_project",
     "delete_project_quota",
     "delete_tenant",

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from django.db import models
 
-from gpucloud import bulk
+from common import bulk
 from tenants.context import Actor, RequestInfo, current_request_info
 from tenants.models import AuditEvent
 from tenants.services.validation import clean_fields
@@ -92,6 +92,19 @@ def update_audited(
         actor=actor, action=action, obj=obj, tenant_id=tenant_id, before=before, after=_state(obj, audited)
     )
     return obj
+
+
+def delete_audited(
+    *, actor: Actor, action: str, obj: M, tenant_id: int | None, audited: Sequence[str] | Callable[[M], JsonDict]
+) -> None:
+    """Write one audit event with `obj`'s state as `before` (as `update_audited` describes it), then delete `obj`.
+
+    Run it inside the caller's transaction, once the caller's own rules have
+    passed: a deletion the database refuses (a protected reference) rolls
+    the event back with it.
+    """
+    record_audit_event(actor=actor, action=action, obj=obj, tenant_id=tenant_id, before=_state(obj, audited))
+    obj.delete()
 
 
 def _state(obj: M, audited: Sequence[str] | Callable[[M], JsonDict]) -> JsonDict:

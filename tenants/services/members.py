@@ -19,12 +19,12 @@ from django.urls import reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from gpucloud.errors import Conflict, invalid
+from common.errors import Conflict, invalid
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Membership, Project, Tenant
 from tenants.services.access import require_role
-from tenants.services.audit import JsonDict, record_audit_event, update_audited
+from tenants.services.audit import JsonDict, delete_audited, record_audit_event, update_audited
 
 _USERNAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@.+-_")
 
@@ -168,11 +168,10 @@ def remove_member(*, actor: Actor, membership: Membership) -> None:
     if not actor_role.at_least(Role(membership.role)):
         raise PermissionDenied("You cannot remove someone above you.")
     _guard_last_admin(actor_role, membership)
-    record_audit_event(
+    delete_audited(
         actor=actor,
         action="membership.delete",
         obj=membership,
         tenant_id=membership.tenant_id,
-        before=_membership_snapshot(membership),
+        audited=_membership_snapshot,
     )
-    membership.delete()

@@ -20,7 +20,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from gpucloud.errors import invalid
+from common.errors import invalid
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import (
@@ -34,7 +34,7 @@ from tenants.models import (
     TenantQuota,
 )
 from tenants.services.access import require_operator, require_role
-from tenants.services.audit import JsonDict, record_audit_event, update_audited
+from tenants.services.audit import JsonDict, delete_audited, record_audit_event, update_audited
 
 COUNT_FIELDS = ("max_notebooks_per_user", "max_pending_workloads", "max_runtime_seconds")
 
@@ -198,11 +198,10 @@ def update_tenant_quota(*, actor: Actor, quota: TenantQuota, changes: dict[str, 
 def delete_tenant_quota(*, actor: Actor, quota: TenantQuota) -> None:
     """Remove a tenant quota and, with it, its projects' quotas in that pool; operators only."""
     require_operator(actor)
-    record_audit_event(
-        actor=actor, action="tenant_quota.delete", obj=quota, tenant_id=quota.tenant_id, before=_quota_snapshot(quota)
-    )
     ProjectQuota.all_tenants.filter(tenant_id=quota.tenant_id, pool_id=quota.pool_id).delete()
-    quota.delete()
+    delete_audited(
+        actor=actor, action="tenant_quota.delete", obj=quota, tenant_id=quota.tenant_id, audited=_quota_snapshot
+    )
 
 
 @transaction.atomic
@@ -250,7 +249,6 @@ def update_project_quota(*, actor: Actor, quota: ProjectQuota, changes: dict[str
 def delete_project_quota(*, actor: Actor, quota: ProjectQuota) -> None:
     """Remove a project's quota in one pool; tenant admins and operators."""
     require_role(actor, quota.project.tenant, Role.ADMIN)
-    record_audit_event(
-        actor=actor, action="project_quota.delete", obj=quota, tenant_id=quota.tenant_id, before=_quota_snapshot(quota)
+    delete_audited(
+        actor=actor, action="project_quota.delete", obj=quota, tenant_id=quota.tenant_id, audited=_quota_snapshot
     )
-    quota.delete()

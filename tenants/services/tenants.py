@@ -7,12 +7,12 @@ from typing import Any
 from django.db import transaction
 from django.db.models import ProtectedError
 
-from gpucloud.errors import Conflict, invalid
+from common.errors import Conflict, invalid
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Project, Tenant
 from tenants.services.access import require_operator, require_role
-from tenants.services.audit import record_audit_event, snapshot, update_audited
+from tenants.services.audit import delete_audited, record_audit_event, snapshot, update_audited
 from tenants.services.validation import clean_fields
 
 TENANT_FIELDS = ["slug", "name", "description", "is_active"]
@@ -112,11 +112,6 @@ def update_project(
 def delete_project(*, actor: Actor, project: Project) -> None:
     """Delete a project and its quotas; tenant admins and operators."""
     require_role(actor, project.tenant, Role.ADMIN)
-    record_audit_event(
-        actor=actor,
-        action="project.delete",
-        obj=project,
-        tenant_id=project.tenant_id,
-        before=snapshot(project, PROJECT_FIELDS),
+    delete_audited(
+        actor=actor, action="project.delete", obj=project, tenant_id=project.tenant_id, audited=PROJECT_FIELDS
     )
-    project.delete()

@@ -11,16 +11,15 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.db import connection, transaction
-from django.db.models.expressions import Col
+from django.db import transaction
 from django.utils import timezone
 
-from gpucloud.errors import invalid
+from common.errors import invalid
+from tenants import sql
 from tenants.choices import Role
 from tenants.context import Actor
-from tenants.models import ApiToken, Membership, Tenant
+from tenants.models import ApiToken, Tenant
 from tenants.selectors import own_tokens_within_reach
 from tenants.services.access import require_role
 from tenants.services.audit import JsonDict, record_audit_event, update_audited
@@ -70,73 +69,19 @@ def token_membership_role(token: ApiToken) -> Role | None:
     return Role(role) if role else None
 
 
-_LOADED = (ApiToken, User, Tenant)
-
-
-def _token_query(column: str, count: int) -> str:
-    """Return the SELECT of tokens by `column` (`prefix` or `id`) with owner, tenant and membership role.
-
-    Written out rather than built by the ORM: every API request runs it, and
-    compiling the equivalent queryset (select_related and a subquery) cost
-    several times its round trip to the database. The columns come from the
-    models' metadata, so the query follows their fields.
-    """
-    quote = connection.ops.quote_name
-    aliased = zip(_LOADED, "tuo", strict=True)
-    columns = ", ".join(f"{alias}.{quote(f.column)}" for model, alias in aliased for f in model._meta.concrete_fields)
-    token, user, tenant, membership = (quote(m._meta.db_table) for m in (*_LOADED, Membership))
-    of_owner = "m.tenant_id = t.tenant_id AND m.user_id = t.user_id"
-    role = f"(SELECT m.role FROM {membership} m WHERE {of_owner} LIMIT 1)"  # noqa: S608 -- names from the models' metadata
-    tables = f"{token} t JOIN {user} u ON u.id = t.user_id LEFT JOIN {tenant} o ON o.id = t.tenant_id"
-    where = f"t.{quote(column)} IN ({', '.join(['%s'] * count)})"
-    return f"SELECT {columns}, {role} FROM {tables} WHERE {where}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
-
-
-def _converters() -> list[tuple[Col, list[Any]]]:
-    """Return each loaded column's expression and the converters the ORM would apply to its value."""
-    columns = [f.get_col(m._meta.db_table) for m in _LOADED for f in m._meta.concrete_fields]
-    return [(col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)) for col in columns]
-
-
-def _tokens_with_membership(column: str, values: Sequence[Any]) -> list[ApiToken]:
-    """Return the tokens whose `column` is in `values`, each with its owner, tenant and the owner's membership
-    role there loaded; one query."""
-    if not values:
-        return []
-    with connection.cursor() as cursor:
-        cursor.execute(_token_query(column, len(values)), list(values))
-        rows = cursor.fetchall()
-    converters = _converters()
+def _tokens_with_membership(field: str, values: Sequence[Any]) -> list[ApiToken]:
+    """Return the tokens whose `field` is in `values`, each with its owner, tenant and the owner's membership
+    role there loaded; one query (`tenants.sql.tokens_with_role`)."""
     tokens = []
-    for row in rows:
-        converted = list(row[:-1])
-        for index, (col, functions) in enumerate(converters):
-            for function in functions:
-                converted[index] = function(converted[index], col, connection)
-        tokens.append(_token_from(converted, row[-1]))
+    for token, role in sql.tokens_with_role(field, values):
+        setattr(token, _MEMBERSHIP_ROLE, role)
+        tokens.append(token)
     return tokens
 
 
-def _token_from(values: list[Any], role: str | None) -> ApiToken:
-    loaded = []
-    start = 0
-    for model in _LOADED:
-        fields = model._meta.concrete_fields
-        chunk = values[start : start + len(fields)]
-        start += len(fields)
-        loaded.append(None if chunk[0] is None else model.from_db(connection.alias, [f.attname for f in fields], chunk))
-    token, user, tenant = loaded
-    assert isinstance(token, ApiToken) and isinstance(user, User)
-    token.user = user
-    if isinstance(tenant, Tenant):
-        token.tenant = tenant
-    setattr(token, _MEMBERSHIP_ROLE, role)
-    return token
-
-
-def _token_with_membership(column: str, value: object) -> ApiToken | None:
-    """Return the token whose `column` is `value` as `_tokens_with_membership` loads it, or None; one query."""
-    found = _tokens_with_membership(column, [value])
+def _token_with_membership(field: str, value: object) -> ApiToken | None:
+    """Return the token whose `field` is `value` as `_tokens_with_membership` loads it, or None; one query."""
+    found = _tokens_with_membership(field, [value])
     return found[0] if found else None
 
 

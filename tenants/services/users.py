@@ -7,7 +7,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from gpucloud.errors import invalid
+from common.errors import invalid
 from tenants.context import Actor
 from tenants.services.audit import record_audit_event
 

@@ -194,7 +194,7 @@ def test_the_schema_tells_nullable_fields_and_single_objects_as_they_are(world: 
 
 
 def test_bodies_too_deep_or_too_large_are_refused_before_they_are_read(world: World, monkeypatch) -> None:
-    from gpucloud.api import parsers
+    from common.api import parsers
 
     admin = client_for(world.admin_a)
     deep = admin.generic(
@@ -212,7 +212,7 @@ def test_bodies_too_deep_or_too_large_are_refused_before_they_are_read(world: Wo
 
 
 def test_unbounded_strings_and_lists_are_bounded(world: World) -> None:
-    from gpucloud.api.types import MAX_ITEMS, MAX_TEXT
+    from common.api.types import MAX_ITEMS, MAX_TEXT
     from tests.jobs.factories import add_node, assign
 
     add_node(world, "n-bounds", gpus=1)

@@ -8,13 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.test import Client, RequestFactory
-from rest_framework.exceptions import Throttled
+from django.test import Client
 from rest_framework.test import APIClient
 
-from gpucloud.api.errors import exception_handler
-from gpucloud.api.schema import add_error_responses
-from gpucloud.api.throttling import check_throttles
+from common.api.schema import add_error_responses
 from tenants import services
 from tenants.context import Actor
 from tests.conftest import World
@@ -104,24 +101,6 @@ def test_the_schema_declares_429_with_retry_after_only_while_throttling_is_on(ra
     assert "Retry-After" in responses()["429"]["headers"]
     rates()
     assert "429" not in responses()
-
-
-def test_a_path_outside_drf_counts_with_the_views(world: World, rates: Any) -> None:
-    """check_throttles, for the submission ingest: the same counters as the API's views."""
-    rates(token="2/min")
-    issued = services.create_token(
-        actor=Actor(user=world.member_a), tenant=world.tenant_a, name="t", role="viewer", expires_in_days=1
-    )
-    request = RequestFactory().post("/api/v1/tenants/tenant-a/workloads/")
-    check_throttles(request, world.member_a, issued.token)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.secret}")
-    assert client.get(ME).status_code == 200
-    with pytest.raises(Throttled) as refused:
-        check_throttles(request, world.member_a, issued.token)
-    answer = exception_handler(refused.value, {})
-    assert answer is not None and answer.status_code == 429 and answer.data["error"]["code"] == "throttled"
-    assert 0 < int(answer["Retry-After"]) <= 60
 
 
 @pytest.mark.parametrize(

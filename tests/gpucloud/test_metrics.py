@@ -431,7 +431,7 @@ def test_every_metric_the_dashboard_queries_is_exported(world: World, client: Cl
 
 def test_queued_tasks_per_queue(client: Client) -> None:
     """Waiting messages per queue, read from the broker: a coalesced control request counts once."""
-    from gpucloud import control
+    from common import control
     from gpucloud.celery import app
     from tests.workers import purge
 

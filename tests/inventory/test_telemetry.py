@@ -176,7 +176,7 @@ def _silent_for(node: Node, seconds: int) -> None:
 def test_a_heartbeat_waiting_in_the_mailbox_keeps_its_node_alive(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """A controller far behind: the node's report has been in the mailbox all along, unapplied. The node
     check applies it before judging, so the node is not declared lost for the controller's own lag."""
-    from gpucloud import control
+    from common import control
 
     monkeypatch.setattr(control, "_WATCHING_SINCE", time.monotonic() - 3600)
     mailbox.drain_reports(lambda reports: None)
@@ -192,7 +192,7 @@ def test_a_heartbeat_waiting_in_the_mailbox_keeps_its_node_alive(world: World, m
 
 def test_a_controller_that_just_started_judges_no_node(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """After a restart, the minutes the controller was down are not the node's silence."""
-    from gpucloud import control
+    from common import control
 
     mailbox.drain_reports(lambda reports: None)
     node = make_node(Actor(user=world.operator), world.pool)

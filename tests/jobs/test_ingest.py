@@ -32,8 +32,8 @@ from django.db import OperationalError
 from django.http import HttpResponse
 from django.test import Client
 
+from common.groupcommit import GroupCommit
 from gpucloud.asgi import application, django_asgi_app
-from gpucloud.groupcommit import GroupCommit
 from inventory.models import NodePool
 from jobs.api.ingest import Incoming, SubmissionIngest, handle_batch, incoming
 from jobs.api.ingest_plan import build_plan

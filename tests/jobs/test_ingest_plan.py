@@ -22,7 +22,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from rest_framework import serializers
 
-from gpucloud.api.fields import Integer
+from common.api.fields import Integer
 from gpucloud.asgi import django_asgi_app
 from jobs.api.ingest import SubmissionIngest
 from jobs.api.ingest_plan import build_plan
@@ -39,6 +39,7 @@ from tests.jobs.test_ingest import (
     credentials,
     item,
     job,
+    one_by_one,
     ready,
 )
 
@@ -162,9 +163,24 @@ def test_a_serializer_rule_or_an_unknown_middleware_turns_the_ingest_off(
 
 
 def test_integer_fields_are_bounded_so_the_probes_reach_past_them() -> None:
-    """The generated probes rely on every integer field having bounds (gpucloud.api.fields.Integer)."""
+    """The generated probes rely on every integer field having bounds (common.api.fields.Integer)."""
     fields = WorkloadItemSerializer().fields.values()
     integers = [f for f in fields if isinstance(f, serializers.IntegerField)]  # noqa: TID251 -- any, to check them
     assert integers and all(isinstance(f, Integer) and f.max_value is not None for f in integers)
     items: Any = BulkInputSerializer().fields["items"]
     assert items.child.fields.keys() == WorkloadItemSerializer().fields.keys()
+
+
+def test_the_ingest_counts_its_submissions_with_the_views_throttles(
+    ready: World, credentials: dict[str, Headers], settings: Any
+) -> None:
+    """A token's submissions served by the ingest and its requests to DRF views share one count."""
+    rates = {"token": "3/min", "user": None, "anon": None}
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
+    ingest = SubmissionIngest(django_asgi_app)
+    calls = [Call(job(name="one")), Call(job(name="two")), Call(None, method="GET"), Call(job(name="three"))]
+    answers = [response.status_code for response in one_by_one(ingest, calls, credentials)]
+    assert answers == [201, 201, 200, 429], "two served, one read by DRF: the third submission is over the rate"
+    assert counts(ingest) == (3, 0), "the refusal is the ingest's own, with the envelope of exception_handler"
+    [refused] = one_by_one(ingest, [Call(job(name="four"))], credentials)
+    assert refused.json()["error"]["code"] == "throttled" and 0 < int(refused.headers["Retry-After"]) <= 60

@@ -12,7 +12,7 @@ from django.db import connection
 from django.http import Http404
 from django.utils import timezone
 
-from gpucloud.errors import Conflict
+from common.errors import Conflict
 from inventory.models import NodePool
 from jobs import services
 from jobs.choices import WorkloadState
@@ -320,7 +320,7 @@ def test_transition_is_compare_and_swap(world: World) -> None:
 def test_submission_asks_for_a_scheduling_pass_after_commit(
     world: World, django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpucloud import control
+    from common import control
 
     sent: list[str] = []
     monkeypatch.setattr(control.app, "send_task", lambda name, **kwargs: sent.append(name))

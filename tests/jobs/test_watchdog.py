@@ -15,7 +15,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from gpucloud import control
+from common import control
 from inventory.choices import NodeState
 from inventory.models import Node, NodeEvent
 from jobs import services

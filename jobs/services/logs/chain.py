@@ -11,7 +11,6 @@ LogBatchError before anything of it is stored.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from datetime import UTC, datetime
 
 from django.db import connection, transaction
 
-from jobs import live
+from jobs import live, sql
 from jobs.models import LogChunk, Replica, Workload
 
 log = logging.getLogger(__name__)
@@ -138,69 +137,26 @@ def record_log_end(*, workload_id: int, attempt: int, replica: int, log_end: str
     return rows.update(log_end=log_end) == 1
 
 
-def _one_statement_sql() -> str:
-    """Return the Postgres statement that continues a replica's chain, numbers a batch and stores it, at once.
-
-    The same three steps as `_store`, as data-modifying CTEs of one
-    statement (one round trip, its own transaction): the replica's cursor
-    moves only from `since` (a replayed batch matches no row, so nothing
-    after it happens); the workload's `log_seq` grows by the batch's size
-    under the row lock the UPDATE takes (concurrent batches of the
-    workload's other replicas queue there and see the committed value);
-    the chunk's lines are numbered from the value before. Table and
-    column names are the models' own, quoted by the backend.
-    """
-    quote = connection.ops.quote_name
-    replica, workload, chunk = (quote(m._meta.db_table) for m in (Replica, Workload, LogChunk))
-    return f"""
-        WITH chain AS (
-            UPDATE {replica} SET log_cursor = %(cursor)s
-            WHERE workload_id = %(workload)s AND attempt = %(attempt)s AND {quote("index")} = %(replica)s
-              AND log_cursor = %(since)s
-            RETURNING workload_id
-        ), numbered AS (
-            UPDATE {workload} SET log_seq = log_seq + %(count)s
-            WHERE id IN (SELECT workload_id FROM chain)
-            RETURNING tenant_id, log_seq - %(count)s AS before
-        )
-        INSERT INTO {chunk}
-            (tenant_id, workload_id, first_seq, last_seq, first_at, last_at, lines, size_bytes, created_at)
-        SELECT numbered.tenant_id, %(workload)s, numbered.before + 1, numbered.before + %(count)s,
-               %(first_at)s, %(last_at)s,
-               (SELECT jsonb_agg(jsonb_build_array(numbered.before + item.n, item.line->0, item.line->1,
-                                                   item.line->2, %(attempt)s, %(replica)s) ORDER BY item.n)
-                  FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS item(line, n)),
-               %(size)s, statement_timestamp()
-        FROM numbered
-        RETURNING first_seq
-    """  # noqa: S608 -- only the models' own quoted table names are interpolated
-
-
 def _store_in_one_statement(
     workload_id: int, attempt: int, replica: int, since: str, cursor: str, batch: _Batch
 ) -> int:
     """`_store` on Postgres in one round trip (a busy workload ships five batches a second); same contract."""
-    params: dict[str, str | int | datetime] = {
-        "cursor": cursor,
-        "since": since,
-        "workload": workload_id,
-        "attempt": attempt,
-        "replica": replica,
-        "count": len(batch.rows),
-        "first_at": batch.first_at,
-        "last_at": batch.last_at,
-        "rows": json.dumps(batch.rows),
-        "size": batch.size,
-    }
     # No transaction block: the statement is its own (one round trip, not three), and after it
     # the lines are committed, so the live publish (on commit, or at once outside a transaction) may go.
-    with connection.cursor() as db:
-        db.execute(_one_statement_sql(), params)
-        row = db.fetchone()
-    if row is None:
+    first = sql.continue_log_chain(
+        workload_id,
+        attempt,
+        replica,
+        since=since,
+        cursor=cursor,
+        lines=batch.rows,
+        first_at=batch.first_at,
+        last_at=batch.last_at,
+        size=batch.size,
+    )
+    if first is None:
         _log_drop(workload_id, attempt, replica, since)
         return 0
-    first = int(row[0])
     stored = [[first + i, ts, stream, text, attempt, replica] for i, (ts, stream, text) in enumerate(batch.rows)]
     live.publish_log_lines(workload_id, stored)
     return len(stored)

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from gpucloud.errors import invalid
+from common.errors import invalid
 from jobs.services import images
 from jobs.services import quota_rules as rules
 from jobs.services.spec import WorkloadSpec, check_spec, prefixed

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 
-from gpucloud.errors import Conflict
+from common.errors import Conflict
 from jobs.models import Workload
 from jobs.services import quota_rules as rules
 from jobs.services.spec import WorkloadSpec

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from gpucloud.errors import Conflict
+from common.errors import Conflict
 from jobs.models import Workload
 from jobs.services.spec import fingerprint
 from jobs.services.submission.pending import Pending, Submission, SubmissionRequest

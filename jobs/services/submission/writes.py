@@ -5,15 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.contrib.auth.models import User
-from django.db import connection
 from django.utils import timezone
 
-from gpucloud import bulk
-from inventory.models import NodePool
-from jobs import live
+from common import bulk
+from jobs import live, sql
 from jobs.choices import WorkloadKind, WorkloadState
-from jobs.models import Workload, WorkloadEvent
-from jobs.services import quota_rules as rules
+from jobs.models import Workload
 from jobs.services.spec import WorkloadSpec
 from jobs.services.submission.pending import Pending, Submission
 from jobs.services.submission.replays import item_keys
@@ -69,19 +66,9 @@ def _insert_submitted_events(workload_ids: list[int], now: datetime) -> None:
     workloads themselves. The submitter named is the owner, whom every
     submission creates its workloads for.
     """
-    event, workload, pool, user = (
-        connection.ops.quote_name(m._meta.db_table) for m in (WorkloadEvent, Workload, NodePool, User)
+    sql.insert_submitted_events(
+        workload_ids, kind="workload.submitted", to_state=WorkloadState.PENDING.value, created_at=now
     )
-    username = connection.ops.quote_name(User.USERNAME_FIELD)
-    columns = "tenant_id, workload_id, kind, from_state, to_state, reason_code, message, created_at"
-    message = f"%s || u.{username} || %s || CAST(w.gpus_per_replica * w.replicas AS TEXT) || %s || p.name || %s"
-    source = f"{workload} w JOIN {pool} p ON p.id = w.pool_id JOIN {user} u ON u.id = w.owner_id"
-    rows = f"SELECT w.tenant_id, w.id, %s, '', %s, '', {message}, %s FROM {source}"  # noqa: S608 -- names from the models' metadata; every value is a parameter
-    where, ids = rules.is_in("w.id", workload_ids)
-    sql = f"INSERT INTO {event} ({columns}) {rows} WHERE {where} ORDER BY w.id"
-    params = ["workload.submitted", WorkloadState.PENDING.value, "Submitted by ", ": ", " GPU(s) in pool ", "."]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, now, *ids])
 
 
 def _workload(

@@ -125,7 +125,7 @@ def _plan(model: type[models.Model]) -> _Plan:
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
     unsupported = [f.name for f in fields if not isinstance(f, _PLAIN)]
     if unsupported:
-        raise TypeError(f"gpucloud.bulk cannot carry {model.__name__}.{', '.join(unsupported)} as JSON")
+        raise TypeError(f"common.bulk cannot carry {model.__name__}.{', '.join(unsupported)} as JSON")
     pk = model._meta.pk
     assert pk is not None
     return _Plan(

@@ -21,8 +21,8 @@ from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from gpucloud.errors import Conflict
-from tenants.context import current_request_info
+from common.errors import Conflict
+from common.requests import current_request_info
 
 _CODES = {
     status.HTTP_400_BAD_REQUEST: "validation_error",
@@ -94,7 +94,7 @@ def _error_response(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, Conflict):
         return Response(error_body(exc.code, exc.message, details=exc.details), status=409)
     if isinstance(exc, OverflowError | DataError):
-        # A value past a column's range that no field bounded (fields do: gpucloud.api.fields); still the
+        # A value past a column's range that no field bounded (fields do: common.api.fields); still the
         # client's input, not a server fault.
         set_rollback()
         return Response(error_body("out_of_range", "A value is out of the range the database stores."), status=400)

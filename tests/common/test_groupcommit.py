@@ -1,4 +1,4 @@
-"""gpucloud.groupcommit: concurrent `run`s handled in batches by one worker thread, each caller answered alone.
+"""common.groupcommit: concurrent `run`s handled in batches by one worker thread, each caller answered alone.
 
 No database: the handlers are plain functions. `Gate` holds the worker in
 its first batch until the test releases it, so items queued meanwhile
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpucloud.groupcommit import GroupCommit
+from common.groupcommit import GroupCommit
 
 TIMEOUT = 5.0  # seconds; only reached when something is broken
 

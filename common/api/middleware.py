@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from gpucloud.api.errors import error_body
+from common.api.errors import error_body
 
 log = logging.getLogger("django.request")
 

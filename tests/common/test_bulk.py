@@ -1,4 +1,4 @@
-"""gpucloud.bulk: `insert` stores what `bulk_create` stores, `new` builds what the model's constructor builds.
+"""common.bulk: `insert` stores what `bulk_create` stores, `new` builds what the model's constructor builds.
 
 Every test runs on the configured database: on Postgres `insert` takes its
 own path (one JSON document expanded in SQL), on SQLite it is `bulk_create`,
@@ -25,7 +25,7 @@ from django.db.models.signals import post_init
 from django.test.utils import isolate_apps
 from django.utils import timezone
 
-from gpucloud import bulk
+from common import bulk
 from jobs.models import Workload
 from tenants.choices import Via
 from tenants.models import AuditEvent, Tenant

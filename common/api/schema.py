@@ -1,6 +1,6 @@
 """What the published OpenAPI schema says about errors: every operation lists the error statuses it can answer.
 
-Every error body is the envelope of `gpucloud.api.errors` (the `Error`
+Every error body is the envelope of `common.api.errors` (the `Error`
 component). Which statuses an operation can return follows from its shape:
 
 - 400 when it takes a body or query parameters, or writes (validation);
@@ -9,7 +9,7 @@ component). Which statuses an operation can return follows from its shape:
   past the last one);
 - 409 when it writes (a concurrent change, a state that forbids it);
 - 413 and 415 when it takes a body (JSON only, at most 16 MiB);
-- 429 always while throttling is on (gpucloud.api.throttling), with `Retry-After`;
+- 429 always while throttling is on (common.api.throttling), with `Retry-After`;
 - 500 always (with a request id to quote).
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from drf_spectacular.openapi import AutoSchema
 
-from gpucloud.api.throttling import throttling_enabled
+from common.api.throttling import throttling_enabled
 
 ERROR_COMPONENT = {
     "type": "object",

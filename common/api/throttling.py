@@ -4,26 +4,21 @@ They are REST_FRAMEWORK's DEFAULT_THROTTLE_CLASSES, so every API view
 counts its requests against them once it has authenticated them; their
 rates are DEFAULT_THROTTLE_RATES (`API_THROTTLE_*` in the environment),
 and a rate of None turns that throttle off. A request over a rate answers
-429 `throttled` with `Retry-After` (gpucloud.api.errors). Counters live in
+429 `throttled` with `Retry-After` (common.api.errors). Counters live in
 Django's default cache: Redis when distributed, shared by every web
 process; process memory when embedded.
 
-A path that answers API requests without a DRF view (the submission
-ingest) calls `check_throttles` so that its requests count the same.
+The submission ingest, which answers submissions in front of DRF, runs
+the submission views' own `check_throttles`, so its requests count the same.
 """
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-from django.contrib.auth.models import AnonymousUser, User
-from django.http import HttpRequest
-from rest_framework import views  # the module, not APIView: rest_framework.views imports this one
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.throttling import AnonRateThrottle, SimpleRateThrottle
-
-from tenants.models import ApiToken
 
 
 def _rates() -> dict[str, str | None]:
@@ -44,9 +39,11 @@ class TokenThrottle(_CurrentRate):
     scope = "token"
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
-        if not isinstance(request.auth, ApiToken):
+        # `request.auth` is the API token of a token request (tenants.authentication), None otherwise.
+        token_id = getattr(request.auth, "pk", None)
+        if token_id is None:
             return None
-        return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}
+        return self.cache_format % {"scope": self.scope, "ident": token_id}
 
 
 class UserThrottle(_CurrentRate):
@@ -67,17 +64,3 @@ class AnonymousThrottle(_CurrentRate, AnonRateThrottle):
 def throttling_enabled() -> bool:
     """Return whether any API throttle has a rate, that is whether the API may answer 429."""
     return any(rate is not None for rate in _rates().values())
-
-
-def check_throttles(request: HttpRequest, user: User | AnonymousUser, token: ApiToken | None) -> None:
-    """Count `request`, made by `user` with `token` (None: a browser session), as a DRF view counts its requests.
-
-    Raises rest_framework.exceptions.Throttled (wait: the seconds to send as
-    Retry-After) when a throttle refuses it; gpucloud.api.errors.exception_handler
-    turns that into the API's 429. Call it once per request, and only for a
-    request that is answered without DRF: a view counts its own.
-    """
-    counted = Request(request)
-    counted.user = user
-    counted.auth = token
-    views.APIView().check_throttles(counted)

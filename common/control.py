@@ -35,10 +35,9 @@ import time
 from typing import Any
 
 from celery import Task, bootsteps
+from celery import current_app as app
 from django.core.cache import cache
 from django.db import InterfaceError, OperationalError
-
-from gpucloud.celery import app
 
 log = logging.getLogger(__name__)
 
@@ -220,8 +219,6 @@ class RecoverOnConnect(bootsteps.StartStopStep):
         restore_unacknowledged(sender=parent)
 
 
-app.steps["consumer"].add(RecoverOnConnect)
-
 # How often a worker's event loop wakes, at least, to send what finished tasks acknowledged.
 ACK_WAKE_SECONDS = 0.05
 
@@ -261,9 +258,6 @@ class PromptAcks(bootsteps.StartStopStep):
 
 def _wake() -> None:
     """Nothing: the loop's waking up is the point (it then runs the acknowledgements handed to it)."""
-
-
-app.steps["consumer"].add(PromptAcks)
 
 
 def queue_depths(queues: tuple[str, ...] = (CONTROL_QUEUE, INGEST_QUEUE)) -> dict[str, int]:

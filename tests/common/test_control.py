@@ -1,4 +1,4 @@
-"""Coalescing control work (gpucloud.control): however often it is asked for, at most one run waits.
+"""Coalescing control work (common.control): however often it is asked for, at most one run waits.
 
 The worker is real (in-process transport, or Redis when REDIS_URL is set);
 the task under test sleeps so that requests pile up while it runs, as they
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from celery import shared_task
 
-from gpucloud import control
+from common import control
 from tests.workers import running_worker, wait_until
 
 RUNS: list[float] = []
