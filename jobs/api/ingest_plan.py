@@ -73,6 +73,8 @@ INERT_MIDDLEWARE = {
 }
 """Middleware that changes nothing in a token-authenticated submission's answer, and why."""
 
+_RESOLVED_PATHS = 4096
+"""Paths whose route the plan keeps (POST paths: one or two per tenant); past this it starts over."""
 _DRF_STEPS = ("to_internal_value", "run_validation", "run_validators", "validate_empty_values")
 
 
@@ -156,15 +158,28 @@ class IngestPlan:
     middleware: tuple[Any, ...] = ()
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    resolved: dict[str, tuple[Route, str] | None] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def serving(self) -> bool:
         return not self.problems
 
     def route(self, path: str) -> tuple[Route, str] | None:
-        """Return the route `path` resolves to, with its tenant slug, or None for any other path."""
+        """Return the route `path` resolves to, with its tenant slug, or None for any other path.
+
+        Answers are kept per path (the URL configuration does not change
+        while the console runs): resolving costs more than the rest of a
+        submission's checks in front of Django.
+        """
         if not self.serving:
             return None
+        if path not in self.resolved:
+            if len(self.resolved) >= _RESOLVED_PATHS:
+                self.resolved.clear()
+            self.resolved[path] = self._resolve(path)
+        return self.resolved[path]
+
+    def _resolve(self, path: str) -> tuple[Route, str] | None:
         try:
             match = resolve(path)
         except Resolver404:
