@@ -12,6 +12,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from django.conf import settings
+from django.http import HttpRequest
+
 
 @dataclass(frozen=True)
 class RequestInfo:
@@ -42,3 +45,19 @@ def request_info(info: RequestInfo) -> Iterator[RequestInfo]:
         yield info
     finally:
         _request_info.reset(token)
+
+
+def client_address(request: HttpRequest) -> str | None:
+    """Return the address a request came from: the socket's peer, or behind the trusted proxy its view of it.
+
+    With TRUST_X_FORWARDED_FOR the last X-Forwarded-For entry is taken: it is
+    the one the proxy wrote, whether it replaced the header or appended to
+    it. Earlier entries come from the client and could name any address,
+    loopback included. The audit log, the login lockout, the metrics' network
+    check and DRF's throttles (NUM_PROXIES) all read the address this way.
+    """
+    if settings.TRUST_X_FORWARDED_FOR:
+        forwarded = request.headers.get("X-Forwarded-For", "").split(",")[-1].strip()
+        if forwarded:
+            return forwarded
+    return request.META.get("REMOTE_ADDR") or None

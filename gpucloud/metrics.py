@@ -27,6 +27,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from common import control
+from common.requests import client_address
 from inventory.metrics import InventoryCollector
 from jobs.metrics import ActiveGpuAllocations, JobsCollector
 
@@ -40,20 +41,6 @@ class Refusal:
 
     status: int
     message: str
-
-
-def client_address(request: HttpRequest) -> str:
-    """Return the address a request came from: the socket's peer, or the proxy's view of it.
-
-    With TRUST_X_FORWARDED_FOR the last X-Forwarded-For entry is taken: it
-    is the one the trusted proxy wrote. Earlier entries come from the client
-    and could name any address, loopback included.
-    """
-    if settings.TRUST_X_FORWARDED_FOR:
-        forwarded = request.headers.get("X-Forwarded-For", "").split(",")[-1].strip()
-        if forwarded:
-            return forwarded
-    return str(request.META.get("REMOTE_ADDR") or "")
 
 
 def _within(address: str, networks: tuple[IpNetwork, ...]) -> bool:
@@ -82,7 +69,7 @@ def metrics_refusal(request: HttpRequest) -> Refusal | None:
     configured: list[str] = settings.METRICS_ALLOWED_NETWORKS
     if configured or not token:
         networks = tuple(ipaddress.ip_network(n, strict=False) for n in configured) if configured else LOOPBACK
-        if not _within(client_address(request), networks):
+        if not _within(client_address(request) or "", networks):
             setting = "METRICS_ALLOWED_NETWORKS" if configured else "METRICS_TOKEN or METRICS_ALLOWED_NETWORKS"
             return Refusal(403, f"/metrics is not open to this address; set {setting} (loopback only by default).")
     if token:

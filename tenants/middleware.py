@@ -6,9 +6,9 @@ import re
 import uuid
 from collections.abc import Callable
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
+from common.requests import client_address
 from tenants.choices import Via
 from tenants.context import RequestInfo, request_info
 from tenants.scoping import deactivate_tenant
@@ -22,14 +22,6 @@ def _request_id(request: HttpRequest) -> str:
     return offered if _REQUEST_ID.match(offered) else uuid.uuid4().hex
 
 
-def _client_ip(request: HttpRequest) -> str | None:
-    if settings.TRUST_X_FORWARDED_FOR:
-        forwarded = request.headers.get("X-Forwarded-For", "")
-        if forwarded:
-            return forwarded.split(",")[0].strip() or None
-    return request.META.get("REMOTE_ADDR") or None
-
-
 def _via(path: str) -> Via:
     if path.startswith("/api/"):
         return Via.API
@@ -40,7 +32,7 @@ def _via(path: str) -> Via:
 
 def request_info_for(request: HttpRequest) -> RequestInfo:
     """Return the audit context of `request`: its id, the client's address and the interface it came through."""
-    return RequestInfo(request_id=_request_id(request), source_ip=_client_ip(request), via=_via(request.path))
+    return RequestInfo(request_id=_request_id(request), source_ip=client_address(request), via=_via(request.path))
 
 
 class RequestContextMiddleware:
