@@ -21,7 +21,6 @@ from jobs.choices import WorkloadState, can_transition
 from jobs.models import Allocation, Workload, WorkloadEvent
 
 
-@transaction.atomic
 def next_attempt_fields() -> dict[str, Any]:
     """Return the fields of a workload going back to the queue as a new attempt (`transition_workload` kwargs).
 
@@ -45,6 +44,7 @@ def next_attempt_fields() -> dict[str, Any]:
     }
 
 
+@transaction.atomic
 def transition_workload(
     *,
     workload_id: int,
