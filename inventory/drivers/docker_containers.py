@@ -127,8 +127,8 @@ class Containers:
         """
         ended = self._kill_lost(container)
         attrs = self.inspect(container, budget)
-        if attrs is not None and self._lost_run(container, budget):
-            return attrs, False
+        if attrs is not None and self._has_output(container, budget):
+            return attrs, False  # a lost run, ended above: poll reports it
         if not ended:
             raise TransientDriverError(
                 f"a run of {spec.name} that the engine lost track of may still be running, out of this host's reach;"

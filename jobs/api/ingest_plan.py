@@ -82,15 +82,15 @@ _DRF_STEPS = ("to_internal_value", "run_validation", "run_validators", "validate
 class Items:
     """How one route's items are checked: the item fields the ingest runs, and those it leaves to Django."""
 
-    serializer: Serializer
     fields: Mapping[str, Field]
-    deferred: frozenset[str]
+    deferred: Mapping[str, str]
+    """Item fields the ingest leaves to Django, and why."""
     required: frozenset[str]
 
     def accepted(self, data: Any) -> dict[str, Any] | None:
         """Return the item as the serializer would validate it (keys no field reads dropped), or None when it
         would refuse or change any of it, or when the item names a deferred field."""
-        if not isinstance(data, dict) or not data.keys() >= self.required or data.keys() & self.deferred:
+        if not isinstance(data, dict) or not data.keys() >= self.required or data.keys() & self.deferred.keys():
             return None
         item: dict[str, Any] = {}
         for name, value in data.items():
@@ -157,7 +157,7 @@ class IngestPlan:
     routes: Mapping[Callable[..., Any], Route]
     middleware: tuple[Any, ...] = ()
     problems: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
     resolved: dict[str, tuple[Route, str] | None] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -233,7 +233,7 @@ def _route(view_function: Any, bulk: bool, problems: list[str], notes: list[str]
     items, bounds = _items(serializer, bulk, where, problems)
     if items is None:
         return None
-    notes.extend(f"{where}: items naming `{name}` go to Django" for name in sorted(items.deferred))
+    notes.extend(f"{where}: items naming `{name}` go to Django ({why})" for name, why in sorted(items.deferred.items()))
     if problems:
         return None
     parser: BaseParser = view.parser_classes[0]()
@@ -268,7 +268,7 @@ def _items(
     """Return how the route's items are checked and the bounds of a bulk's item count."""
     if not bulk:
         fields = {name: f for name, f in serializer.fields.items() if name != "project"}
-        return _item_checks(serializer, fields, where), (1, 1)
+        return _item_checks(serializer, fields), (1, 1)
     extra = set(serializer.fields) - {"project", "items"}
     listed = serializer.fields.get("items")
     if extra or type(listed) is not ListSerializer or not isinstance(listed.child, Serializer) or listed.validators:
@@ -279,14 +279,14 @@ def _items(
     # DRF's ListSerializer takes min_length and max_length (its stubs do not say so).
     shortest, longest = getattr(listed, "min_length", None), getattr(listed, "max_length", None)
     lowest = max(1 if not listed.allow_empty else 0, shortest or 0)
-    return _item_checks(child, dict(child.fields), where), (lowest, longest)
+    return _item_checks(child, dict(child.fields)), (lowest, longest)
 
 
-def _item_checks(serializer: Serializer, fields: Mapping[str, Field], where: str) -> Items:
+def _item_checks(serializer: Serializer, fields: Mapping[str, Field]) -> Items:
     writable = {name: f for name, f in fields.items() if not f.read_only}
-    deferred = frozenset(name for name, f in writable.items() if _field_problem(serializer, name, f) is not None)
+    problems = {name: _field_problem(serializer, name, f) for name, f in writable.items()}
+    deferred = {name: why for name, why in problems.items() if why is not None}
     return Items(
-        serializer=serializer,
         fields={name: f for name, f in writable.items() if name not in deferred},
         deferred=deferred,
         required=frozenset(name for name, f in writable.items() if f.required),

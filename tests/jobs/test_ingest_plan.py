@@ -135,7 +135,12 @@ def test_a_validate_method_added_for_a_field_defers_items_naming_it(
 
     monkeypatch.setattr(WorkloadItemSerializer, "validate_image", validate_image, raising=False)
     plan = build_plan()
-    assert plan.serving and {route.items.deferred for route in plan.routes.values()} == {frozenset({"image"})}
+    assert (
+        plan.serving
+        and [dict(route.items.deferred) for route in plan.routes.values()]
+        == [{"image": "a validate_<field> method"}] * 2
+    )
+    assert all("`image` go to Django (a validate_<field> method)" in note for note in plan.notes)
     ingest = SubmissionIngest(django_asgi_app)
     without_image = {key: val for key, val in job(name="plain").items() if key != "image"}
     calls = [Call(job(image="docker.io/library/busybox:1")), Call(without_image)]
