@@ -79,3 +79,18 @@ class MigMode(models.TextChoices):
     DISABLED = "disabled", "Disabled"
     ENABLED = "enabled", "Enabled"
     UNSUPPORTED = "unsupported", "Not supported"
+
+
+class StorageKind(models.TextChoices):
+    """Where a storage backend's root lives: on one node's disk, or on a filesystem every host mounts."""
+
+    LOCAL = "local", "Node-local directory"
+    SHARED = "shared", "Shared filesystem"
+
+
+class VolumeKind(models.TextChoices):
+    """A personal home, a project's shared volume, or a dataset (mounted read-only into workloads)."""
+
+    HOME = "home", "Home"
+    PROJECT = "project", "Project volume"
+    DATASET = "dataset", "Dataset"

@@ -102,3 +102,11 @@ def check_nodes() -> dict[str, Any]:
 def purge_telemetry() -> int:
     """Periodic (daily): delete per-minute GPU rollups older than TELEMETRY_RETENTION_DAYS."""
     return purge_expired_minutes(now=timezone.now())
+
+
+@shared_task(name="inventory.measure_volume_usage", base=CoalescingTask, ignore_result=True)
+def measure_volume_usage() -> int:
+    """Measure every volume's use where the console reaches it; return how many were measured."""
+    from inventory.services.volume_files import measure_usage
+
+    return measure_usage()

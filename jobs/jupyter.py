@@ -32,6 +32,9 @@ class JupyterActivity:
     kernels: int
     busy_kernels: int
     connections: int
+    # The file of the most recently active session (relative to Jupyter's root), where Resume brings its
+    # owner back; None when no session is open.
+    last_path: str | None = None
 
 
 class ActivitySource(Protocol):
@@ -51,8 +54,22 @@ def parse_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def activity_from(status: dict[str, Any], kernels: list[dict[str, Any]]) -> JupyterActivity:
-    """Return the activity that `/api/status` and `/api/kernels` answers describe."""
+def last_session_path(sessions: list[dict[str, Any]]) -> str | None:
+    """Return the path of the session whose kernel was active last (`/api/sessions`), or None."""
+    best: tuple[datetime, str] | None = None
+    for session in sessions:
+        path = session.get("path")
+        kernel = session.get("kernel") if isinstance(session.get("kernel"), dict) else {}
+        stamp = parse_time(kernel.get("last_activity")) or datetime.min.replace(tzinfo=UTC)
+        if isinstance(path, str) and path and (best is None or stamp >= best[0]):
+            best = (stamp, path)
+    return best[1] if best else None
+
+
+def activity_from(
+    status: dict[str, Any], kernels: list[dict[str, Any]], sessions: list[dict[str, Any]] | None = None
+) -> JupyterActivity:
+    """Return the activity that `/api/status`, `/api/kernels` (and `/api/sessions`) answers describe."""
     stamps = [parse_time(status.get("last_activity"))] + [parse_time(k.get("last_activity")) for k in kernels]
     known = [stamp for stamp in stamps if stamp is not None]
     return JupyterActivity(
@@ -60,6 +77,7 @@ def activity_from(status: dict[str, Any], kernels: list[dict[str, Any]]) -> Jupy
         kernels=len(kernels),
         busy_kernels=sum(1 for kernel in kernels if kernel.get("execution_state") == "busy"),
         connections=int(status.get("connections") or 0),
+        last_path=last_session_path(sessions or []),
     )
 
 
@@ -75,9 +93,12 @@ class JupyterClient:
         status = self._get(f"{base}/status", token)
         # Our own polling must not count as the user's activity: Jupyter honours this flag.
         kernels = self._get(f"{base}/kernels?no_track_activity=1", token)
-        if not isinstance(status, dict) or not isinstance(kernels, list):
+        sessions = self._get(f"{base}/sessions?no_track_activity=1", token)
+        if not isinstance(status, dict) or not isinstance(kernels, list) or not isinstance(sessions, list):
             raise JupyterUnavailable("unexpected answer shape from the Jupyter API")
-        return activity_from(status, [k for k in kernels if isinstance(k, dict)])
+        return activity_from(
+            status, [k for k in kernels if isinstance(k, dict)], [s for s in sessions if isinstance(s, dict)]
+        )
 
     def _get(self, url: str, token: str) -> Any:
         if not url.startswith(("http://", "https://")):

@@ -68,6 +68,15 @@ class Workload(TenantOwnedModel):
     # The sequence number of the last stored log line (lines are numbered 1, 2, ... per workload).
     log_seq = models.BigIntegerField(default=0)
 
+    # Storage (issue 16). The signal a stop sends first (then SIGKILL after the grace period), so a training
+    # script can checkpoint; when its checkpoint directory last changed (kept across attempts: the next
+    # attempt resumes from it); the GPU-seconds of work that preemptions threw away; a notebook's last
+    # JupyterLab path, where Resume brings its owner back.
+    stop_signal = models.CharField(max_length=10, default="SIGTERM")
+    checkpointed_at = models.DateTimeField(null=True, blank=True)
+    lost_gpu_seconds = models.FloatField(default=0.0)
+    lab_path = models.CharField(max_length=500, blank=True)
+
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     # A digest of the normalized request: a retried key with another body is refused, not answered.
     request_fingerprint = models.CharField(max_length=64, blank=True)

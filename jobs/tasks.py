@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from common.control import INGEST_QUEUE, REPORT_RETRY, CoalescingTask
 from jobs.scheduler.shell import run_pass
-from jobs.services import execution, idle, logs, reconcile, replicas, watchdog
+from jobs.services import checkpoints, execution, idle, logs, reconcile, replicas, watchdog
 
 
 @shared_task(name="jobs.schedule_pass", base=CoalescingTask, ignore_result=True)
@@ -153,3 +153,9 @@ def check_idle_notebooks() -> dict[str, int]:
 def purge_expired_logs() -> int:
     """Periodic: delete log chunks past their tenant's retention."""
     return logs.purge_expired_logs(now=timezone.now())
+
+
+@shared_task(name="jobs.scan_checkpoints", base=CoalescingTask, ignore_result=True)
+def scan_checkpoints() -> int:
+    """Record when running jobs last wrote to their checkpoint directories; return how many moved."""
+    return checkpoints.scan_checkpoints()

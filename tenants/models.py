@@ -36,6 +36,10 @@ class Tenant(models.Model):
     log_retention_days = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(3650)]
     )
+    # Storage quotas (set by operators): every volume of the tenant together, and each member's home.
+    # Empty means no limit.
+    storage_limit_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    home_limit_bytes = models.PositiveBigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -53,6 +57,9 @@ class Project(TenantOwnedModel):
     slug = models.CharField(max_length=40, validators=[SLUG_RULE])
     name = models.CharField(max_length=120)
     description = models.TextField(blank=True, max_length=2000)
+    # The project's storage quota (set by tenant admins, within the tenant's): its volumes and datasets
+    # together. Empty means only the tenant's quota applies.
+    storage_limit_bytes = models.PositiveBigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

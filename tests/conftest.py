@@ -101,7 +101,9 @@ def test_image() -> str:
 
 
 @pytest.fixture(autouse=True)
-def _test_settings(settings: Any) -> None:
+def _test_settings(settings: Any, tmp_path: Path) -> None:
+    # Every test's volumes in a directory of its own, never the checkout's data directory.
+    settings.STORAGE_ROOT = tmp_path / "volumes"
     # A deliberately slow password hash would dominate the suite's run time;
     # the production hasher is what `gpucloud up` (tests/gpucloud/test_up.py) uses.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -33,6 +33,7 @@ from jobs import services
 from jobs.choices import TERMINAL_STATES, WorkloadKind, WorkloadState
 from jobs.models import LaunchPreset, Workload
 from jobs.services.actions import RESTARTABLE_STATES
+from jobs.services.hibernation import lab_url
 from tenants import selectors as tenant_selectors
 from tenants.choices import Role
 from tenants.models import Project
@@ -79,7 +80,7 @@ def notebook_url(page: Page, workload: Workload) -> str | None:
     The proxy lets only the owner and tenant admins through, so nobody else is offered the link.
     """
     live = workload.kind == WorkloadKind.NOTEBOOK and workload.state == WorkloadState.RUNNING
-    return f"/notebooks/{workload.pk}/lab" if live and owns_or_admins(page, workload) else None
+    return lab_url(workload) if live and owns_or_admins(page, workload) else None
 
 
 def _project_choices() -> list[tuple[str, str]]:
@@ -228,15 +229,33 @@ WORKLOAD_ACTIONS = {
             "cancel",
             "Cancel",
             "Take it out of the queue; its GPUs, if any were set aside, are freed.",
-            lambda w: w.state in (WorkloadState.PENDING, WorkloadState.SCHEDULED, WorkloadState.PREEMPTED),
+            lambda w: w.state
+            in (WorkloadState.PENDING, WorkloadState.SCHEDULED, WorkloadState.PREEMPTED, WorkloadState.HIBERNATED),
             services.cancel_workload,
             "cancelled",
             danger=True,
         ),
         WorkloadAction(
+            "hibernate",
+            "Hibernate",
+            "Stop the notebook and free its GPUs; its files stay in your home, and Resume brings it back.",
+            lambda w: w.kind == WorkloadKind.NOTEBOOK
+            and w.state in (WorkloadState.SCHEDULED, WorkloadState.STARTING, WorkloadState.RUNNING),
+            services.hibernate_notebook,
+            "hibernated",
+        ),
+        WorkloadAction(
+            "resume",
+            "Resume",
+            "Queue the notebook again with the same settings; it opens where you left it, with your files.",
+            lambda w: w.state == WorkloadState.HIBERNATED,
+            services.resume_notebook,
+            "queued again",
+        ),
+        WorkloadAction(
             "stop",
             "Stop",
-            "Stop its replicas (SIGTERM, then SIGKILL after the pool's grace period) and free its GPUs.",
+            "Stop its replicas (its stop signal, then SIGKILL after the pool's grace period) and free its GPUs.",
             lambda w: w.state in (WorkloadState.STARTING, WorkloadState.RUNNING),
             services.cancel_workload,
             "stopped",

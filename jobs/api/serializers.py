@@ -64,6 +64,11 @@ class WorkloadItemSerializer(serializers.Serializer):
     priority_class = serializers.ChoiceField(choices=PriorityClass.choices, required=False)
     max_runtime_seconds = Integer(required=False, allow_null=True, help_text="Default: the quota's maximum.")
     requeue_limit = Integer(required=False, help_text="Default 3.")
+    stop_signal = serializers.CharField(
+        max_length=10,
+        required=False,
+        help_text="Sent first on a stop, then SIGKILL after the grace period. Default SIGTERM.",
+    )
 
 
 def prefetch_references(context: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -146,6 +151,7 @@ _WORKLOAD_FIELDS = [
     "priority_class",
     "max_runtime_seconds",
     "requeue_limit",
+    "stop_signal",
     "attempt",
     "reason_code",
     "reason_message",
@@ -156,6 +162,8 @@ _WORKLOAD_FIELDS = [
     "scheduled_at",
     "started_at",
     "finished_at",
+    "checkpointed_at",
+    "lost_gpu_seconds",
 ]
 
 

@@ -117,6 +117,18 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
         """Extend an idle-warned notebook once: its idle clock starts again."""
         return self.respond(services.extend_notebook(actor=self.actor, workload=self.get_object()))
 
+    @extend_schema(request=None, responses=s.WorkloadSerializer)
+    @action(detail=True, methods=["post"])
+    def hibernate(self, request: Request, tenant: str, pk: str) -> Response:
+        """Stop a notebook and keep it resumable: its GPU is freed, its files stay in its volumes."""
+        return self.respond(services.hibernate_notebook(actor=self.actor, workload=self.get_object()))
+
+    @extend_schema(request=None, responses=s.WorkloadSerializer)
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, tenant: str, pk: str) -> Response:
+        """Queue a hibernated notebook again with the same settings (a no-op when it was resumed already)."""
+        return self.respond(services.resume_notebook(actor=self.actor, workload=self.get_object()))
+
     @extend_schema(parameters=[s.LogQuerySerializer], responses=s.LogPageSerializer)
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, tenant: str, pk: str) -> Response:

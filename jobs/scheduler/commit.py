@@ -90,15 +90,21 @@ def _requeue_or_end(row: Row, preemption: core.Preemption, now: datetime, *, sto
     code, message = preemption.reason.value, _preemption_message(preemption)
     preempted = _event(row, row["state"], WorkloadState.PREEMPTED, code, message, now)
     victim = Workload.all_tenants.filter(pk=row["id"])
-    if stopping or row["kind"] != WorkloadKind.JOB:
+    victim.update(lost_gpu_seconds=F("lost_gpu_seconds") + preemption.lost_gpu_seconds)
+    if stopping:
         victim.update(
             state=WorkloadState.PREEMPTED,
             reason_code=code,
             reason_message=message,
             finished_at=now,
-            stop_requested_at=now if stopping else None,
+            stop_requested_at=now,
         )
         return [preempted]
+    if row["kind"] != WorkloadKind.JOB:
+        # A notebook that never launched hibernates at once: its owner resumes it (settling does it otherwise).
+        victim.update(state=WorkloadState.HIBERNATED, reason_code=code, reason_message=message, finished_at=now)
+        hibernated = _event(row, WorkloadState.PREEMPTED, WorkloadState.HIBERNATED, code, "Hibernated.", now)
+        return [preempted, hibernated]
     victim.update(
         state=WorkloadState.PENDING,
         attempt=F("attempt") + 1,
@@ -114,12 +120,22 @@ def _requeue_or_end(row: Row, preemption: core.Preemption, now: datetime, *, sto
 
 
 def _preemption_message(preemption: core.Preemption) -> str:
+    cost = _cost(preemption.lost_gpu_seconds)
     if preemption.reason is core.Reason.PRIORITY:
-        return f"Preempted for higher-priority work in the same project (workload {preemption.for_workload})."
+        return f"Preempted for higher-priority work in the same project (workload {preemption.for_workload}). {cost}"
     return (
         "Preempted: it ran on borrowed GPUs, and another project needed them back for work "
-        f"within its guarantee (workload {preemption.for_workload})."
+        f"within its guarantee (workload {preemption.for_workload}). {cost}"
     )
+
+
+def _cost(gpu_seconds: float) -> str:
+    """Return the sentence that says how much work a preemption threw away (since the last checkpoint)."""
+    if gpu_seconds <= 0:
+        return "It loses no work."
+    hours = gpu_seconds / 3600
+    amount = f"{hours:.1f} GPU-hours" if hours >= 1 else f"{gpu_seconds / 60:.0f} GPU-minutes"
+    return f"It loses {amount} of work since its last checkpoint (or its start)."
 
 
 def _lock_in_state(ids: list[int], states: Iterable[str]) -> set[int]:

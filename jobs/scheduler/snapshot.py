@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from inventory.choices import GpuHealth, NodeState
-from inventory.models import Gpu, Node, NodePool
+from inventory.choices import GpuHealth, NodeState, RuntimeKind, StorageKind
+from inventory.models import Gpu, Node, NodePool, StorageBackend
+from inventory.services.mounts import storage_needs
+from inventory.services.storage import DEFAULT_BACKEND_NAME, mountable_backends
 from jobs.choices import ACTIVE_STATES, PRIORITY_VALUES, WorkloadState
 from jobs.models import Allocation, Workload
 from jobs.scheduler import core
@@ -28,6 +30,14 @@ _UNUSABLE_HEALTH = {GpuHealth.FAILED}
 _NOT_IN_SERVICE = [NodeState.REGISTERED, NodeState.PROVISIONING, NodeState.FAILED, NodeState.RETIRED]
 
 
+@dataclass(frozen=True)
+class _NodeRef:
+    """The two facts `mountable_backends` reads from a node."""
+
+    pk: int
+    pool_id: int
+
+
 @dataclass
 class Ledger:
     """What the snapshot was built from, kept to commit the decisions: ids and current values by workload."""
@@ -38,7 +48,11 @@ class Ledger:
 
 
 def build_snapshot(*, now: datetime, config: core.SchedulerConfig) -> tuple[core.Snapshot, Ledger]:
-    """Return the snapshot of the ledger at `now`, and the ids the commit needs; seven queries in all."""
+    """Return the snapshot of the ledger at `now`, and the ids the commit needs.
+
+    Seven queries, two more for the storage backends, and three more for
+    where pending work's volumes are when there is pending work.
+    """
     ledger = Ledger()
     pools = list(NodePool.objects.values("id", "name", "placement_policy", "dedicated_tenant__slug"))
     pool_names = {pool["id"]: pool["name"] for pool in pools}
@@ -80,6 +94,8 @@ def _workload_rows() -> list[Row]:
             "id",
             "tenant_id",
             "tenant__slug",
+            "owner_id",
+            "project_id",
             "project__slug",
             "pool_id",
             "kind",
@@ -97,6 +113,7 @@ def _workload_rows() -> list[Row]:
             "reason_message",
             "reason_hint",
             "queue_position",
+            "checkpointed_at",
         )
     )
 
@@ -119,8 +136,15 @@ def _nodes(
     rows = list(
         Node.objects.exclude(state__in=_NOT_IN_SERVICE)
         .order_by("name")
-        .values("id", "name", "pool_id", "state", "cpu_cores", "memory_mb")
+        .values("id", "name", "pool_id", "state", "cpu_cores", "memory_mb", "runtime")
     )
+    backends = list(StorageBackend.objects.order_by("name"))
+    if not any(backend.is_default for backend in backends):
+        # Made on first use (the first launch): until then every node can mount it, as it will.
+        backends.append(StorageBackend(name=DEFAULT_BACKEND_NAME, kind=StorageKind.SHARED, is_default=True))
+    pools_of: dict[int, set[int]] = defaultdict(set)
+    for backend_id, pool_id in StorageBackend.pools.through.objects.values_list("storagebackend_id", "nodepool_id"):
+        pools_of[backend_id].add(pool_id)
     gpus_by_node: dict[int, list[Row]] = defaultdict(list)
     for found in (
         Gpu.objects.filter(node_id__in=[row["id"] for row in rows])
@@ -149,6 +173,10 @@ def _nodes(
                 memory_free_mib=max(0, memory - memory_used[row["id"]]),
                 gpus=tuple(gpus),
                 schedulable=row["state"] == NodeState.READY,
+                # A simulated node mounts nothing for real: it takes any workload's volumes.
+                storage=None
+                if row["runtime"] == RuntimeKind.SIMULATED
+                else mountable_backends(_NodeRef(row["id"], row["pool_id"]), backends, pools_of),
             )
         )
     return nodes
@@ -185,11 +213,15 @@ def _workloads(
         slot = replicas[allocation["workload_id"]].setdefault(allocation["replica"], (node, []))
         if allocation["gpu__uuid"] is not None:
             slot[1].append(allocation["gpu__uuid"])
+    needs = storage_needs(
+        (row["tenant_id"], row["owner_id"], row["project_id"]) for row in rows if row["state"] == WorkloadState.PENDING
+    )
     pending, running = [], []
     for row in rows:
         ledger.workloads[str(row["id"])] = row
         if row["state"] == WorkloadState.PENDING:
-            pending.append(_workload(row, pool_names, ()))
+            storage = needs.get((row["owner_id"], row["project_id"]), frozenset())
+            pending.append(_workload(row, pool_names, (), storage))
         else:
             placed = tuple(
                 core.ReplicaAllocation(node, tuple(gpus)) for _, (node, gpus) in sorted(replicas[row["id"]].items())
@@ -198,8 +230,14 @@ def _workloads(
     return pending, running
 
 
-def _workload(row: Row, pool_names: dict[int, str], allocation: tuple[core.ReplicaAllocation, ...]) -> core.Workload:
+def _workload(
+    row: Row,
+    pool_names: dict[int, str],
+    allocation: tuple[core.ReplicaAllocation, ...],
+    storage: frozenset[str] = frozenset(),
+) -> core.Workload:
     started = row["started_at"] or row["scheduled_at"]
+    checkpointed = row["checkpointed_at"]
     return core.Workload(
         id=str(row["id"]),
         tenant=row["tenant__slug"],
@@ -215,6 +253,8 @@ def _workload(row: Row, pool_names: dict[int, str], allocation: tuple[core.Repli
         memory_mib=row["memory_mib"],
         started_at=started.timestamp() if started else None,
         allocation=allocation,
+        storage=storage,
+        checkpointed_at=checkpointed.timestamp() if checkpointed else None,
     )
 
 

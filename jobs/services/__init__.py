@@ -6,6 +6,7 @@ in its docstring what it returns and raises. The scheduling shell
 """
 
 from jobs.services.actions import CANCELLABLE_STATES, cancel_workload, restart_workload
+from jobs.services.hibernation import hibernate_notebook, resume_notebook
 from jobs.services.idle import check_idle_notebooks, extend_notebook
 from jobs.services.lifecycle import release_allocations, transition_workload
 from jobs.services.logs import ingest_log_batch, purge_expired_logs
@@ -28,10 +29,12 @@ __all__ = [
     "cancel_workload",
     "check_idle_notebooks",
     "extend_notebook",
+    "hibernate_notebook",
     "ingest_log_batch",
     "purge_expired_logs",
     "release_allocations",
     "restart_workload",
+    "resume_notebook",
     "stop_workload",
     "submit",
     "submit_batch",

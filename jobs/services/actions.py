@@ -30,6 +30,7 @@ CANCELLABLE_STATES: tuple[WorkloadState, ...] = (
     WorkloadState.STARTING,
     WorkloadState.RUNNING,
     WorkloadState.PREEMPTED,
+    WorkloadState.HIBERNATED,
 )
 RESTARTABLE_STATES: tuple[WorkloadState, ...] = (*TERMINAL_STATES, WorkloadState.PREEMPTED)
 
@@ -40,7 +41,7 @@ def _require_actor(actor: Actor, workload: Workload) -> None:
         raise PermissionDenied("Members can act only on their own workloads.")
 
 
-def _check_rules_again(workload: Workload) -> None:
+def check_rules_again(workload: Workload) -> None:
     """Apply the submission rules that may have changed since: allowed images, the quota, count limits.
 
     Raises ValidationError naming the field and rule, as a submission would.
@@ -121,7 +122,7 @@ def restart_workload(*, actor: Actor, workload: Workload) -> Workload:
             f"Workload {workload.name} is still stopping; restart it once its GPUs are released.",
             code="still_stopping",
         )
-    _check_rules_again(workload)
+    check_rules_again(workload)
     before = workload.state
     now = timezone.now()
     moved = transition_workload(

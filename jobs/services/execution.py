@@ -23,6 +23,7 @@ from django.db import transaction
 
 from inventory.choices import RuntimeKind
 from inventory.models import Node
+from inventory.services import mounts
 from jobs import dispatch
 from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload
@@ -54,7 +55,8 @@ def launch_workloads(*, workload_ids: Iterable[int]) -> int:
     preempted after placement, and their allocations are the stop path's.
     """
     sent = 0
-    for workload in Workload.all_tenants.filter(pk__in=list(workload_ids)).select_related("tenant").order_by("pk"):
+    launching = Workload.all_tenants.filter(pk__in=list(workload_ids)).select_related("tenant", "owner", "project")
+    for workload in launching.order_by("pk"):
         if workload.state in (WorkloadState.SCHEDULED, WorkloadState.STARTING):
             sent += launch_workload(workload=workload)
     return sent
@@ -86,8 +88,9 @@ def launch_workload(*, workload: Workload) -> int:
         workload.refresh_from_db()
     replicas = _replica_rows(workload, placements)
     pending = [row for row in replicas if row.state == ReplicaState.LAUNCHING]
+    storage = workload_storage(workload) if pending else None
     for row in pending:
-        spec = replica_spec(workload, row.index, placements)
+        spec = replica_spec(workload, row.index, placements, storage)
         dispatch.send_on_commit(dispatch.START_REPLICA, queue=row.node.agent_queue, kwargs={"spec": spec})
     return len(pending)
 
@@ -127,12 +130,48 @@ def _replica_rows(workload: Workload, placements: dict[int, _Placement]) -> list
     )
 
 
-def replica_spec(workload: Workload, index: int, placements: dict[int, _Placement]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WorkloadStorage:
+    """What every replica of a workload mounts, as whom, and the variables that say where."""
+
+    mounts: list[dict[str, Any]]
+    run_as: dict[str, Any]
+    workdir: str
+    env: dict[str, str]
+
+
+def workload_storage(workload: Workload) -> WorkloadStorage:
+    """Return the volumes `workload` mounts (its owner's home first) and the storage variables of its replicas.
+
+    `HOME` and the working directory are the home; `GPUCLOUD_CHECKPOINT_DIR`
+    is on the project's own volume and the same for every attempt, so a
+    requeued job finds what the previous attempt saved.
+    """
+    planned = mounts.plan_mounts(tenant=workload.tenant, owner=workload.owner, project=workload.project)
+    home = planned[0].target
+    env = {
+        "HOME": home,
+        "GPUCLOUD_HOME": home,
+        "GPUCLOUD_PROJECT_DIR": mounts.project_dir(planned, workload.project),
+        "GPUCLOUD_CHECKPOINT_DIR": mounts.checkpoint_dir(planned, workload.project, workload.pk),
+    }
+    return WorkloadStorage(
+        mounts=mounts.mount_specs(planned),
+        run_as=mounts.run_as(planned, workload.owner, workload.project),
+        workdir=home,
+        env=env,
+    )
+
+
+def replica_spec(
+    workload: Workload, index: int, placements: dict[int, _Placement], storage: WorkloadStorage | None = None
+) -> dict[str, Any]:
     """Return the JSON spec of replica `index` of `workload`'s current attempt, as the agent's `start_replica` takes."""
     placement = placements[index]
     runtime = placement.node.runtime
     notebook = workload.kind == WorkloadKind.NOTEBOOK
-    env = {**workload.env, **_gang_env(workload, index, placements), **_identity_env(workload, index)}
+    storage = storage if storage is not None else workload_storage(workload)
+    env = {**workload.env, **storage.env, **_gang_env(workload, index, placements), **_identity_env(workload, index)}
     if notebook:
         env["JUPYTER_TOKEN"] = workload.session_secret
     return {
@@ -154,6 +193,10 @@ def replica_spec(workload: Workload, index: int, placements: dict[int, _Placemen
         # The agent holds a notebook in `starting` until Jupyter answers here (with the session's token).
         "ready_path": f"/notebooks/{workload.pk}/api/status" if notebook and index == 0 else "",
         "secret": workload.session_secret if notebook else "",
+        "mounts": storage.mounts,
+        "run_as": storage.run_as,
+        "workdir": storage.workdir,
+        "stop_signal": workload.stop_signal,
     }
 
 

@@ -142,6 +142,7 @@ def check_idle_notebooks(*, now: datetime, source: ActivitySource | None = None)
     jupyter = _probe(notebooks, endpoints, source or JupyterClient())
     counts["unreachable"] = len(endpoints) - len(jupyter)
     for workload in notebooks:
+        _record_lab_path(workload, jupyter.get(workload.pk))
         seen = _seen(now=now, gpu_busy=workload.pk in gpu_busy, jupyter=jupyter.get(workload.pk))
         counts[_check_one(workload, now=now, seen=seen)] += 1
     return dict(counts)
@@ -170,6 +171,14 @@ def _check_one(workload: Workload, *, now: datetime, seen: datetime | None) -> s
     if now < max(deadline, warned_at + timedelta(seconds=warning)):
         return "warned"
     return "stopped" if _stop(workload, idle=idle) else "warned"
+
+
+def _record_lab_path(workload: Workload, jupyter: JupyterActivity | None) -> None:
+    """Remember the file its owner worked on last, where Resume brings them back after hibernation."""
+    path = jupyter.last_path if jupyter is not None else None
+    if path and path != workload.lab_path:
+        Workload.all_tenants.filter(pk=workload.pk).update(lab_path=path[:500])
+        workload.lab_path = path[:500]
 
 
 def _record_activity(workload: Workload, at: datetime) -> None:
@@ -202,19 +211,21 @@ def _warn(workload: Workload, *, now: datetime, idle: float, stop_at: datetime) 
     _event(
         workload,
         "workload.idle_warning",
-        f"Idle for {_duration(idle)}: this notebook will be stopped at {when} unless you {remedy}.",
+        f"Idle for {_duration(idle)}: this notebook will be hibernated at {when} unless you {remedy}. "
+        "Its files stay in your home; resume it any time from its page.",
     )
     return now
 
 
 def _stop(workload: Workload, *, idle: float) -> bool:
     message = (
-        f"Stopped after {_duration(idle)} idle: no GPU use at or above "
-        f"{settings.NOTEBOOK_IDLE_UTILIZATION}% and no notebook activity."
+        f"Hibernated after {_duration(idle)} idle: no GPU use at or above "
+        f"{settings.NOTEBOOK_IDLE_UTILIZATION}% and no notebook activity. Its GPU is free; Resume brings it back "
+        "with its files."
     )
     return stop_workload(
         workload_id=workload.pk,
-        to_state=WorkloadState.CANCELLED,
+        to_state=WorkloadState.HIBERNATED,
         reason_code=ReasonCode.IDLE,
         message=message,
         from_states=(WorkloadState.RUNNING,),

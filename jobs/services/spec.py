@@ -83,6 +83,9 @@ class WorkloadSpec:
     priority_class: str = PriorityClass.NORMAL
     max_runtime_seconds: int | None = None
     requeue_limit: int = 3
+    # The signal a stop (cancel, preemption, reclaim) sends first, so the workload can checkpoint within
+    # its pool's grace period before SIGKILL.
+    stop_signal: str = "SIGTERM"
     preset: LaunchPreset | None = None
     idle_timeout_seconds: int | None = None
 
@@ -154,6 +157,7 @@ def check_spec(spec: WorkloadSpec) -> None:
     """Return None when every field of `spec` follows its rule; raise ValidationError naming the first that does not."""
     check_kind(spec.kind)
     _check_choice("priority_class", spec.priority_class, _PRIORITY_CLASSES)
+    _check_choice("stop_signal", spec.stop_signal, STOP_SIGNALS)
     if not isinstance(spec.name, str) or not NAME_RULE.fullmatch(spec.name):
         raise invalid(
             "name",
@@ -168,6 +172,8 @@ def check_spec(spec: WorkloadSpec) -> None:
     check_idle_timeout(spec.idle_timeout_seconds, spec.kind)
 
 
+# Signals a workload may ask to be stopped with (the runtimes' allow-list).
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGQUIT")
 # Django builds an enum's `values` list anew on every access; these are read for every item submitted.
 _KINDS = tuple(WorkloadKind.values)
 _PRIORITY_CLASSES = tuple(PriorityClass.values)

@@ -55,7 +55,7 @@ def stop_workload(
     """
     now = timezone.now()
     extra: dict[str, object] = {"stop_requested_at": now, "queue_position": None, **fields}
-    if to_state in TERMINAL_STATES or to_state == WorkloadState.PREEMPTED:
+    if to_state in TERMINAL_STATES or to_state in (WorkloadState.PREEMPTED, WorkloadState.HIBERNATED):
         extra.setdefault("finished_at", now)
     if not transition_workload(
         workload_id=workload_id,
@@ -118,6 +118,15 @@ def settle_workload(*, workload_id: int) -> bool:
     if workload.state == WorkloadState.PREEMPTED and _requeued(workload):
         what = "lost" if workload.reason_code == ReasonCode.ENGINE_LOST_RUN else "preempted"
         requeue_workload(workload=workload, message=f"Requeued: the {what} attempt has stopped.")
+    elif workload.state == WorkloadState.PREEMPTED:
+        # A notebook preempted for other work keeps its files and waits for its owner to resume it.
+        transition_workload(
+            workload_id=workload.pk,
+            from_states=[WorkloadState.PREEMPTED],
+            to_state=WorkloadState.HIBERNATED,
+            reason_code=workload.reason_code,
+            message="Hibernated: its GPU went to other work. Its files are kept; Resume queues it again.",
+        )
     if released:
         request_scheduling_pass()
     return True
@@ -127,7 +136,8 @@ def _requeued(workload: Workload) -> bool:
     """Whether a preempted workload goes back to the queue: a batch job always; a notebook only after a lost run.
 
     A notebook preempted for someone else's work is not restarted behind its
-    owner's back; one whose run the node's engine lost never really started.
+    owner's back (it hibernates); one whose run the node's engine lost never
+    really started.
     """
     return workload.kind == WorkloadKind.JOB or workload.reason_code == ReasonCode.ENGINE_LOST_RUN
 

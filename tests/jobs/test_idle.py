@@ -207,7 +207,8 @@ def test_warned_at_timeout_minus_warning_then_stopped_at_timeout(
     assert _check(T0 + 49 * MINUTE)["active"] == 1
     assert _check(T0 + 50 * MINUTE)["warned"] == 1
     assert _events(notebook, "workload.idle_warning") == [
-        "Idle for 50 minutes: this notebook will be stopped at 01:00 UTC unless you extend it or use it."
+        "Idle for 50 minutes: this notebook will be hibernated at 01:00 UTC unless you extend it or use it. "
+        "Its files stay in your home; resume it any time from its page."
     ]
     assert _reload(notebook).idle_warned_at == T0 + 50 * MINUTE
     assert _check(T0 + 59 * MINUTE)["warned"] == 1
@@ -215,9 +216,10 @@ def test_warned_at_timeout_minus_warning_then_stopped_at_timeout(
     with django_capture_on_commit_callbacks(execute=True):
         assert _check(T0 + 60 * MINUTE)["stopped"] == 1
     stopped = _reload(notebook)
-    assert (stopped.state, stopped.reason_code) == (WorkloadState.CANCELLED, ReasonCode.IDLE)
+    assert (stopped.state, stopped.reason_code) == (WorkloadState.HIBERNATED, ReasonCode.IDLE)
     assert (
-        stopped.reason_message == "Stopped after 60 minutes idle: no GPU use at or above 5% and no notebook activity."
+        stopped.reason_message == "Hibernated after 60 minutes idle: no GPU use at or above 5% and no notebook "
+        "activity. Its GPU is free; Resume brings it back with its files."
     )
     assert [(name, kwargs["name"]) for name, _, kwargs in sent] == [
         (dispatch.STOP_REPLICA, f"gpucloud-w{notebook.pk}-r0-a1")
@@ -242,7 +244,8 @@ def test_a_late_check_warns_first_and_keeps_the_time_it_announces(world: World) 
     notebook = _notebook(world)
     assert _check(T0 + 90 * MINUTE)["warned"] == 1
     assert _events(notebook, "workload.idle_warning") == [
-        "Idle for 90 minutes: this notebook will be stopped at 01:40 UTC unless you extend it or use it."
+        "Idle for 90 minutes: this notebook will be hibernated at 01:40 UTC unless you extend it or use it. "
+        "Its files stay in your home; resume it any time from its page."
     ]
     assert _check(T0 + 99 * MINUTE)["warned"] == 1
     assert _check(T0 + 100 * MINUTE)["stopped"] == 1
@@ -300,7 +303,7 @@ def test_extend_once_then_stop(world: World) -> None:
     since = extended.idle_extended_at
     assert _check(since + 49 * MINUTE)["active"] == 1
     assert _check(since + 50 * MINUTE)["warned"] == 1
-    assert _events(notebook, "workload.idle_warning")[-1].endswith("unless you use it.")
+    assert _events(notebook, "workload.idle_warning")[-1].endswith("unless you use it. Its files stay in your home; resume it any time from its page.")
     again = client.post(EXTEND.format(pk=notebook.pk))
     assert again.status_code == 409
     assert again.json()["error"]["code"] == "already_extended"

@@ -94,6 +94,7 @@ def _workload(
             "priority_class": spec.priority_class,
             "max_runtime_seconds": spec.max_runtime_seconds,
             "requeue_limit": spec.requeue_limit,
+            "stop_signal": spec.stop_signal,
             "preset_id": spec.preset.pk if spec.preset is not None else None,
             "idle_timeout_seconds": spec.idle_timeout_seconds,
             "service_port": NOTEBOOK_PORT if spec.kind == WorkloadKind.NOTEBOOK else None,

@@ -206,3 +206,8 @@ class GpuMinute(models.Model):
     @property
     def power_avg(self) -> float | None:
         return self.power_sum / self.power_samples if self.power_samples else None
+
+
+from inventory.models.storage import StorageBackend, Volume, VolumeShare  # noqa: E402
+
+__all__ = ["Gpu", "GpuMinute", "Node", "NodeEvent", "NodePool", "StorageBackend", "Volume", "VolumeShare"]

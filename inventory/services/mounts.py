@@ -1,0 +1,180 @@
+"""What a workload mounts, where, and as whom; and which storage backends a node must reach for it.
+
+Every workload of (owner, project) mounts, at fixed paths:
+
+- `/home/<user>`: the owner's home in the tenant (read-write; the working
+  directory and `HOME`);
+- `/projects/<name>`: the project's own volumes (read-write) and project
+  volumes shared with the project (read-write unless the share is read-only);
+- `/datasets/<name>`: datasets of the project and datasets shared with it,
+  always read-only.
+
+It runs as uid `STORAGE_UID_BASE + user id` with the project's gid
+`STORAGE_GID_BASE + project id`, and the gids of every project whose
+volumes it mounts as supplementary groups: files are the user's on every
+host, and a project volume's members share its group.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from inventory.choices import VolumeKind
+from inventory.models import StorageBackend, Volume, VolumeShare
+from inventory.services.storage import DEFAULT_BACKEND_NAME, MARKER_FILE
+from inventory.services.volume_access import directory_owner, gid_of, uid_of
+from inventory.services.volumes import home_volume, project_volume
+from tenants.models import Project, Tenant
+
+_SAFE_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,63}")
+CHECKPOINTS = ".checkpoints"
+
+
+@dataclass(frozen=True)
+class PlannedMount:
+    """One volume mounted into a workload: where, and whether read-only."""
+
+    volume: Volume
+    target: str
+    read_only: bool
+
+
+def home_path(user: User) -> str:
+    """Return where `user`'s home is mounted: `/home/<username>`, or `/home/user-<id>` for an unusual name."""
+    name = user.get_username()
+    segment = name if _SAFE_USER.fullmatch(name) and name not in (".", "..") else f"user-{user.pk}"
+    return f"/home/{segment}"
+
+
+def plan_mounts(*, tenant: Tenant, owner: User, project: Project) -> list[PlannedMount]:
+    """Return the mounts of a workload of `owner` in `project`, home first.
+
+    Makes the owner's home and the project's own volume on first use.
+    """
+    home = home_volume(tenant=tenant, user=owner)
+    project_volume(project=project)
+    mounts = [PlannedMount(home, home_path(owner), read_only=False)]
+    own = Volume.all_tenants.filter(project=project).exclude(kind=VolumeKind.HOME).select_related("backend")
+    shares = VolumeShare.all_tenants.filter(project=project).select_related("volume__backend")
+    for volume in sorted(own, key=lambda v: (v.kind, v.name)):
+        mounts.append(_planned(volume, read_only=volume.kind == VolumeKind.DATASET))
+    for share in sorted(shares, key=lambda s: (s.volume.kind, s.volume.name)):
+        mounts.append(_planned(share.volume, read_only=share.read_only or share.volume.kind == VolumeKind.DATASET))
+    return mounts
+
+
+def _planned(volume: Volume, *, read_only: bool) -> PlannedMount:
+    where = "datasets" if volume.kind == VolumeKind.DATASET else "projects"
+    return PlannedMount(volume, f"/{where}/{volume.name}", read_only)
+
+
+def project_dir(mounts: list[PlannedMount], project: Project) -> str:
+    """Return where the project's own volume is mounted (`GPUCLOUD_PROJECT_DIR`)."""
+    own = project_volume(project=project)
+    return next(m.target for m in mounts if m.volume.pk == own.pk)
+
+
+def checkpoint_dir(mounts: list[PlannedMount], project: Project, workload_id: int) -> str:
+    """Return `GPUCLOUD_CHECKPOINT_DIR` for a workload: on its project's own volume, the same for every attempt."""
+    return f"{project_dir(mounts, project)}/{CHECKPOINTS}/{workload_id}"
+
+
+def checkpoint_host_dir(project: Project, workload_id: int) -> str:
+    """Return the workload's checkpoint directory as the console reaches it."""
+    own = project_volume(project=project)
+    return f"{host_path(own.backend, own, console=True)}/{CHECKPOINTS}/{workload_id}"
+
+
+def host_path(backend: StorageBackend, volume: Volume, *, console: bool = False) -> str:
+    """Return the volume's directory as a host that mounts `backend` sees it (or as the console does)."""
+    root = backend.console_root if console else backend.path
+    return f"{root.rstrip('/')}/{volume.directory}"
+
+
+def mount_specs(mounts: list[PlannedMount]) -> list[dict[str, Any]]:
+    """Return the agent's JSON for `mounts`: host source below the backend's root, target, read-only, owner."""
+    specs = []
+    for mount in mounts:
+        backend = mount.volume.backend
+        uid, gid, mode = directory_owner(mount.volume)
+        specs.append(
+            {
+                "source": host_path(backend, mount.volume),
+                "target": mount.target,
+                "read_only": mount.read_only,
+                "root": backend.path,
+                "marker": backend.marker,
+                "uid": uid,
+                "gid": gid,
+                "mode": mode,
+            }
+        )
+    return specs
+
+
+def run_as(mounts: list[PlannedMount], owner: User, project: Project) -> dict[str, Any]:
+    """Return the uid, gid and supplementary groups a workload of `owner` in `project` runs with."""
+    groups = {uid_of(owner), gid_of(None)}
+    for mount in mounts:
+        if mount.volume.kind != VolumeKind.HOME and mount.volume.project_id != project.pk:
+            groups.add(gid_of(mount.volume.project_id))
+    return {"uid": uid_of(owner), "gid": gid_of(project.pk), "groups": sorted(groups)}
+
+
+def storage_needs(pairs: Iterable[tuple[int, int, int]]) -> dict[tuple[int, int], frozenset[str]]:
+    """Return, for each (tenant, owner, project), the backends its workloads' volumes are on, keyed (owner, project).
+
+    Two queries for any number of pairs (the scheduling pass asks once). A
+    home or project volume not made yet will be on the default backend.
+    """
+    pairs = set(pairs)
+    if not pairs:
+        return {}
+    owners = {owner for _, owner, _ in pairs}
+    projects = {project for _, _, project in pairs}
+    homes: dict[tuple[int, int], str] = {}
+    by_project: dict[int, set[str]] = {}
+    own_volume: set[int] = set()
+    rows = Volume.all_tenants.filter(kind=VolumeKind.HOME, owner_id__in=owners).values_list(
+        "tenant_id", "owner_id", "backend__name"
+    )
+    for tenant_id, owner_id, backend in rows:
+        homes[(tenant_id, owner_id)] = backend
+    project_rows = Volume.all_tenants.filter(project_id__in=projects).exclude(kind=VolumeKind.HOME)
+    for project_id, kind, backend in project_rows.values_list("project_id", "kind", "backend__name"):
+        by_project.setdefault(project_id, set()).add(backend)
+        if kind == VolumeKind.PROJECT:
+            own_volume.add(project_id)
+    shared = VolumeShare.all_tenants.filter(project_id__in=projects).values_list("project_id", "volume__backend__name")
+    for project_id, backend in shared:
+        by_project.setdefault(project_id, set()).add(backend)
+    fallback = _default_name(pairs, homes, own_volume)
+    needs: dict[tuple[int, int], frozenset[str]] = {}
+    for tenant_id, owner_id, project_id in pairs:
+        names = set(by_project.get(project_id, ()))
+        names.add(homes.get((tenant_id, owner_id)) or fallback)
+        if project_id not in own_volume:
+            names.add(fallback)
+        needs[(owner_id, project_id)] = frozenset(name for name in names if name)
+    return needs
+
+
+def _default_name(pairs: set[tuple[int, int, int]], homes: dict[tuple[int, int], str], own_volume: set[int]) -> str:
+    """Return the default backend's name when some home or project volume is yet to be made, else "".
+
+    One query, always (so a pass reads a fixed number): the backend marked
+    default, or the one named `default` that `default_backend` will make.
+    """
+    marked = StorageBackend.objects.filter(is_default=True).values_list("name", flat=True).first()
+    missing = any((t, o) not in homes or p not in own_volume for t, o, p in pairs)
+    return (marked or DEFAULT_BACKEND_NAME) if missing else ""
+
+
+def marker_path(backend: StorageBackend) -> str:
+    """Return where the marker of `backend` is, as hosts see it."""
+    return f"{backend.path.rstrip('/')}/{MARKER_FILE}"
