@@ -19,7 +19,7 @@ from inventory.models import Gpu, Node, NodeEvent, NodePool
 from inventory.selectors import gpus_for_operators, node_events, nodes_for_operators, pool_capacity, unknown_agents
 from jobs import selectors as job_selectors
 from jobs.choices import ACTIVE_STATES, WorkloadState
-from jobs.models import Allocation, Replica, Workload
+from jobs.models import Allocation, Replica, Workload, WorkloadEvent
 from tenants.context import Actor
 from tenants.models import ApiToken, ProjectQuota, Tenant, TenantQuota
 from tenants.selectors import memberships_of_user, own_tokens_within_reach, tenant_summaries
@@ -177,6 +177,19 @@ def queue_in_scope() -> tuple[list[Workload], list[Workload]]:
         )
     )
     return waiting, active
+
+
+def recent_preemptions_in_scope(*, limit: int = 20) -> list[WorkloadEvent]:
+    """Return the tenant's latest preemptions, newest first, with their workloads: what each reclaim cost.
+
+    Each event's message says how much work it threw away (GPU time since the
+    victim's last checkpoint); the workload's `lost_gpu_seconds` totals it.
+    """
+    return list(
+        WorkloadEvent.objects.filter(to_state=WorkloadState.PREEMPTED)
+        .select_related("workload__project", "workload__owner")
+        .order_by("-created_at", "-id")[:limit]
+    )
 
 
 def project_use_in_scope() -> list[ProjectUse]:

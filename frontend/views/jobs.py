@@ -52,6 +52,7 @@ def queue(request: HttpRequest, page: Page) -> HttpResponse:
         "waiting": waiting,
         "active": active,
         "use": selectors.project_use_in_scope(),
+        "preemptions": selectors.recent_preemptions_in_scope(),
         "events_path": live_paths.tenant_events(page.tenant.slug),
         "state_labels": dict(WorkloadState.choices),
     }

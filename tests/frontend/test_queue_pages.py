@@ -69,5 +69,27 @@ def test_the_queue_page_uses_a_bounded_number_of_queries(world: World, django_as
         _workload(world, f"extra{i}", 1)
     shell.run_pass()
     client = logged_in("member_a")
-    with django_assert_max_num_queries(10):
+    with django_assert_max_num_queries(11):  # the recent preemptions are one query
         assert client.get("/t/tenant-a/queue/").content.decode().count("data-workload=") == 22
+
+
+def test_the_queue_page_says_what_each_preemption_cost_and_only_the_tenants_own(world: World) -> None:
+    from jobs.models import WorkloadEvent
+
+    mine = _workload(world, "mine", 1)
+    theirs = Workload.all_tenants.create(
+        tenant=world.tenant_b, project=world.project_b, owner=world.admin_b, name="theirs", image="x", pool=world.pool
+    )
+    for workload, cost in ((mine, "It loses 20 GPU-minutes of work"), (theirs, "It loses 99 GPU-minutes of work")):
+        WorkloadEvent.all_tenants.create(
+            tenant_id=workload.tenant_id,
+            workload=workload,
+            kind="workload.state_changed",
+            from_state="running",
+            to_state="preempted",
+            reason_code="RECLAIM_GUARANTEE",
+            message=f"Preempted. {cost} since its last checkpoint.",
+        )
+    table = logged_in("member_a").get("/t/tenant-a/queue/").content.decode().split('id="preemptions"')[1]
+    assert "It loses 20 GPU-minutes of work" in table and f"#{mine.pk}" in table
+    assert "99 GPU-minutes" not in table and "theirs" not in table
