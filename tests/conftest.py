@@ -4,9 +4,11 @@ Personas: `operator` (platform staff); tenant A's `admin_a`, `member_a`,
 `viewer_a`; tenant B's `admin_b` (the outsider). Tenant A has a project
 `alpha`, pool `shared` has a quota for tenant A.
 
-Tests marked `postgres`, `redis`, `browser`, `docker` or `traces` skip when the
-service is missing, unless GPUCLOUD_REQUIRE_SERVICES names it: then they
-fail, which is how CI proves they ran against the real thing. Docker tests
+Tests marked `postgres`, `redis`, `browser`, `docker`, `traces` or `sshfs` skip
+when the service is missing, unless GPUCLOUD_REQUIRE_SERVICES names it: then
+they fail, which is how CI proves they ran against the real thing. `sshfs`
+(sshfs, sshd and FUSE, to serve a real shared filesystem on 127.0.0.1) is
+required wherever `docker` is: its tests need both, and CI installs both. Docker tests
 run the image `test_image` names, built from busybox-static by
 .ci/build-test-image when it is missing; nothing is ever pulled.
 """
@@ -36,7 +38,8 @@ from tenants.scoping import deactivate_tenant
 
 PASSWORD = "correct-horse-battery-staple"
 REQUIRED = {s.strip() for s in os.environ.get("GPUCLOUD_REQUIRE_SERVICES", "").split(",") if s.strip()}
-SERVICES = ("postgres", "redis", "browser", "docker", "traces")
+SERVICES = ("postgres", "redis", "browser", "docker", "traces", "sshfs")
+SSHFS_TOOLS = ("sshfs", "sshd", "ssh-keygen", "fusermount3")
 TEST_IMAGE = "gpucloud-test/busybox:latest"
 ROOT = Path(__file__).resolve().parents[1]
 # The shared cluster traces (never copied into the repository): beside the checkout, or where GPUCLOUD_TRACES_DIR says.
@@ -78,7 +81,26 @@ def _missing(service: str) -> str | None:
         return docker_missing()
     if service == "traces" and not (TRACES / "philly-derived").is_dir():
         return f"no cluster traces at {TRACES} (set GPUCLOUD_TRACES_DIR)"
+    if service == "sshfs":
+        return sshfs_missing()
     return None
+
+
+def sshfs_missing() -> str | None:
+    """Return why no sshfs share can be served and mounted here, or None when it can."""
+    path = f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
+    absent = [tool for tool in SSHFS_TOOLS if shutil.which(tool, path=path) is None]
+    if absent:
+        return f"missing {', '.join(absent)} (Debian: sshfs openssh-server fuse3)"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    if os.geteuid() != 0:
+        return "sshfs tests mount with allow_other and give volumes to other uids: they run as root"
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sshfs: serves a real shared filesystem over sshd and mounts it with sshfs")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

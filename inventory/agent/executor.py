@@ -40,7 +40,13 @@ from inventory.agent.outbox import OUTBOX_CAPACITY, REPORT_PUBLISH_RETRY, SHIP_S
 from inventory.agent.replicas import CALL_TIMEOUT, ReplicaRef, driver_spec
 from inventory.agent.watcher import BATCH_LINES, BATCH_SECONDS, FOLLOW_TIMEOUT, READY_TIMEOUT, Watcher
 from inventory.drivers import make_runtime
-from inventory.drivers.base import DriverError, Handle, RemovableRuntime, Runtime, TransientDriverError
+from inventory.drivers.base import (
+    DriverError,
+    Handle,
+    RemovableRuntime,
+    Runtime,
+    TransientDriverError,
+)
 
 __all__ = [
     "BATCH_LINES",

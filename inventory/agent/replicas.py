@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from inventory.drivers.base import Resources, WorkloadSpec
+from inventory.drivers.base import Mount, Resources, RunAs, WorkloadSpec
 
 # How long a runtime call about a replica (poll, stop, list, remove) may take; starts and log follows have
 # their own, longer limits.
@@ -45,7 +45,17 @@ class ReplicaRef:
 
 
 def driver_spec(spec: dict[str, Any]) -> WorkloadSpec:
-    """Return the driver's `WorkloadSpec` for the controller's JSON `spec`."""
+    """Return the driver's `WorkloadSpec` for the controller's JSON `spec`, with its volumes and user.
+
+    Besides what it runs: `"mounts"` (a list of `{"source",
+    "target", "read_only", "root", "marker", "uid", "gid", "mode"}`),
+    `"run_as"` (`{"uid", "gid", "groups"}` or null), `"workdir"` and
+    `"stop_signal"`. An absent key keeps the old behaviour (no mounts, the
+    runtime's user, the image's directory, SIGTERM). Raises KeyError,
+    TypeError or ValueError for a malformed entry; the runtime's
+    `sandbox.check_sandbox` judges the values.
+    """
+    run_as = spec.get("run_as")
     return WorkloadSpec(
         name=str(spec["name"]),
         workload_id=str(spec["workload_id"]),
@@ -59,4 +69,26 @@ def driver_spec(spec: dict[str, Any]) -> WorkloadSpec:
         replica=int(spec.get("replica", 0)),
         service_port=spec.get("service_port"),
         service_port_env=str(spec.get("service_port_env") or ""),
+        mounts=tuple(_mount(entry) for entry in spec.get("mounts") or ()),
+        run_as=RunAs(int(run_as["uid"]), int(run_as["gid"]), tuple(int(g) for g in run_as.get("groups") or ()))
+        if run_as
+        else None,
+        workdir=str(spec.get("workdir") or ""),
+        stop_signal=str(spec.get("stop_signal") or "SIGTERM"),
+    )
+
+
+def _mount(entry: dict[str, Any]) -> Mount:
+    def number(key: str) -> int | None:
+        return None if entry.get(key) is None else int(entry[key])
+
+    return Mount(
+        source=str(entry["source"]),
+        target=str(entry["target"]),
+        read_only=bool(entry.get("read_only", False)),  # anything but false/absent errs on the safe side
+        root=str(entry.get("root") or ""),
+        marker=str(entry.get("marker") or ""),
+        uid=number("uid"),
+        gid=number("gid"),
+        mode=number("mode"),
     )

@@ -12,6 +12,10 @@ workload that has exited has none.
 Errors are of two kinds: `PermanentDriverError` (retrying cannot help: bad
 image, spec refused, workload unknown) and `TransientDriverError` (retry
 later: engine unreachable, call timed out). Every call takes a timeout.
+
+A workload sees volumes through its spec's `mounts`: host directories (the
+`source`) below a storage root, prepared by a `storage` driver before the
+runtime starts anything, and seen inside the sandbox at `target`.
 """
 
 from __future__ import annotations
@@ -72,6 +76,45 @@ class Resources:
     pids: int = 1024
 
 
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGQUIT")
+"""The signals a workload may ask `stop` to send first (SIGKILL always follows after the grace period)."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host directory the workload sees at `target` (absolute, inside the sandbox).
+
+    `source` is an absolute host directory strictly below the storage root
+    `root`; the storage driver creates it when missing and refuses it when it
+    leads out of `root`. `marker`, when set, is what the file
+    `<root>/.gpucloud-storage` must hold: it proves that the shared
+    filesystem is mounted on this host, without which the volume would be
+    made on the local disk underneath. `read_only` is enforced by isolating
+    runtimes (docker), not by the process runtime. `uid`, `gid` and `mode`
+    are what a volume directory made now gets (None: the workload's
+    `run_as`, and the storage driver's default mode); one that exists keeps
+    its own.
+    """
+
+    source: str
+    target: str
+    read_only: bool = False
+    root: str = ""
+    marker: str = ""
+    uid: int | None = None
+    gid: int | None = None
+    mode: int | None = None
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The numeric user, group and supplementary groups a workload runs as (never root)."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+
+
 @dataclass(frozen=True)
 class WorkloadSpec:
     """What to run: one replica of one attempt of a workload.
@@ -88,6 +131,12 @@ class WorkloadSpec:
     picks another port: it sets the variable named `service_port_env` (e.g.
     `JUPYTER_PORT`) to the port the workload must actually listen on, so a
     workload that serves a port should read it from there.
+
+    `mounts` are the volumes it sees (see `Mount`; `sandbox.check_sandbox`
+    holds them to its rules); `run_as` the user it runs as (None: the
+    runtime's default user); `workdir` its working directory and HOME inside
+    the sandbox, usually the target of its home mount ("": the image's);
+    `stop_signal` what `stop` sends before SIGKILL, one of STOP_SIGNALS.
     """
 
     name: str
@@ -103,6 +152,10 @@ class WorkloadSpec:
     labels: dict[str, str] = field(default_factory=dict)
     service_port: int | None = None
     service_port_env: str = ""
+    mounts: tuple[Mount, ...] = ()
+    run_as: RunAs | None = None
+    workdir: str = ""
+    stop_signal: str = "SIGTERM"
 
 
 def endpoint_url(host: str, port: int) -> str:
@@ -188,7 +241,10 @@ class Runtime(Protocol):
         ...
 
     def stop(self, handle: Handle, *, grace_seconds: float = 30.0, timeout: float = DEFAULT_TIMEOUT) -> WorkloadStatus:
-        """Send SIGTERM, kill after `grace_seconds`, and return the final status. Idempotent."""
+        """Send the spec's stop signal (SIGTERM unless it said otherwise), kill after `grace_seconds`.
+
+        Returns the final status. Idempotent.
+        """
         ...
 
     def logs(

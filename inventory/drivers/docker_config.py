@@ -33,11 +33,18 @@ def container_config(
     The hardened defaults of the module docstring; `network` is the tenant's
     bridge. Device requests appear only when `spec.gpu_uuids` is non-empty;
     a port binding (`spec.service_port` on `publish_address`, host port left
-    to the engine) only when the spec has a service port.
+    to the engine) only when the spec has a service port. Each of
+    `spec.mounts` is a bind mount of its `source` (already prepared: only
+    that directory of the host is reachable), read-only when it says so.
+    The container runs as `spec.run_as` (uid:gid, its groups added) when
+    set, else as `user`; in `spec.workdir`, which is also its HOME unless
+    the spec's environment sets one; `docker stop` sends `spec.stop_signal`.
     """
     gpus = list(spec.gpu_uuids)
     memory = spec.resources.memory_mb * 1024 * 1024
     port = spec.service_port
+    run_as = spec.run_as
+    binds = [docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
     host_config = docker.types.HostConfig(
         version=api_version,
         network_mode=network,
@@ -55,23 +62,27 @@ def container_config(
         if gpus
         else None,
         port_bindings={port: (publish_address,)} if port is not None else None,
+        mounts=binds or None,
+        group_add=[str(group) for group in run_as.groups] if run_as is not None and run_as.groups else None,
     )
     host_config["Privileged"] = False  # the default, stated so the request shows it
     # Inside its own network namespace the workload keeps the port it asked for.
     served = {spec.service_port_env: str(port)} if port is not None and spec.service_port_env else {}
-    environment = {**spec.env, **served, "NVIDIA_VISIBLE_DEVICES": ",".join(gpus) if gpus else "void"}
+    home = {"HOME": spec.workdir} if spec.workdir else {}
+    environment = {**home, **spec.env, **served, "NVIDIA_VISIBLE_DEVICES": ",".join(gpus) if gpus else "void"}
     labels = {**spec.labels, **policy.managed_labels(spec.workload_id, spec.tenant, spec.attempt, spec.replica)}
     return {
         "image": spec.image,
         "command": list(spec.command) or None,
         "name": spec.name,
-        "user": user,
+        "user": f"{run_as.uid}:{run_as.gid}" if run_as is not None else user,
+        "working_dir": spec.workdir or None,
         "environment": environment,
         "labels": labels,
         "host_config": host_config,
         "ports": [port] if port is not None else None,
         "detach": True,
-        "stop_signal": "SIGTERM",
+        "stop_signal": spec.stop_signal,
     }
 
 

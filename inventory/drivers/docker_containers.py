@@ -8,6 +8,7 @@ stop and remove need before the engine can act).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -17,10 +18,11 @@ import docker
 import docker.errors
 
 from inventory.drivers import policy
-from inventory.drivers.base import PermanentDriverError, TransientDriverError, WorkloadSpec, WorkloadStatus
+from inventory.drivers.base import PermanentDriverError, RunAs, TransientDriverError, WorkloadSpec, WorkloadStatus
 from inventory.drivers.docker_config import container_config
 from inventory.drivers.docker_engine import Budget, kill_container_processes, status_from
 from inventory.drivers.docker_networks import TenantNetworks
+from inventory.drivers.storage import prepare_mounts
 
 LOST_RUN_NOTE = (
     "It ran while the node's container engine restarted, and the engine lost track of it:"
@@ -36,6 +38,12 @@ class ContainerSettings(Protocol):
     publish_address: str
     pull_images: bool
     log_max_size: str
+
+
+def numeric_user(user: str) -> RunAs | None:
+    """Return the uid and gid of a `uid:gid` user setting, or None when it names a user (no owner to give)."""
+    uid, _, gid = user.partition(":")
+    return RunAs(int(uid), int(gid or uid)) if uid.isdigit() and (gid or uid).isdigit() else None
 
 
 def _stale_task(error: docker.errors.APIError) -> bool:
@@ -169,11 +177,17 @@ class Containers:
     # --- create -----------------------------------------------------------------
 
     def _create(self, spec: WorkloadSpec, network: str, budget: Budget) -> dict[str, Any]:
-        """Create the container; on a name conflict (a concurrent start) return the winner's attributes."""
+        """Create the container; on a name conflict (a concurrent start) return the winner's attributes.
+
+        Its volume directories are prepared first (made when missing, owned
+        by the mount's owner, else by the user it runs as), and bound by
+        their real path.
+        """
         self._networks.ensure(network, spec.tenant, budget)
         settings = self._settings
+        mounts = prepare_mounts(spec.mounts, spec.run_as or numeric_user(settings.user))
         config = container_config(
-            spec,
+            dataclasses.replace(spec, mounts=mounts),
             user=settings.user,
             network=network,
             log_max_size=settings.log_max_size,

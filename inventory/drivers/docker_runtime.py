@@ -3,7 +3,10 @@
 Every container gets the same defaults (see `container_config`): all
 capabilities dropped, no-new-privileges, a pids, memory (no extra swap) and
 CPU limit, tini as PID 1, an unprivileged user, the tenant's own bridge
-network, no host namespaces and no host paths. GPUs are granted by UUID
+network, no host namespaces, and no host path but the volume directories
+of the spec's mounts (prepared by `storage` before the container is made,
+bound one by one, read-only where the mount says so; the engine must run
+on the agent's host, which makes them). GPUs are granted by UUID
 through a device request for the NVIDIA driver, and NVIDIA_VISIBLE_DEVICES
 is always set (`void` without GPUs) so an image cannot ask the NVIDIA
 runtime for more. A spec's service port, and only it, is published on the
@@ -34,7 +37,7 @@ from collections.abc import Callable, Iterator
 import docker
 import docker.errors
 
-from inventory.drivers import policy
+from inventory.drivers import policy, sandbox
 from inventory.drivers.base import (
     DEFAULT_TIMEOUT,
     Handle,
@@ -121,14 +124,17 @@ class DockerRuntime:
 
         With a service port, the handle's `endpoint` is where it is
         published (none once the container has exited: nothing listens).
-        Raises SpecRefused before any engine call when the environment or
-        the service port is not allowed; PermanentDriverError `image_not_found` when the image
+        Raises SpecRefused before any engine call when the environment, the
+        service port, the mounts, user, working directory or stop signal
+        are not allowed (`sandbox.check_sandbox`); a storage error
+        (`storage`) when a volume cannot be prepared; PermanentDriverError `image_not_found` when the image
         is missing (and pulling is off), `name_conflict` when a container
         of that name belongs to another workload; TransientDriverError when
         the engine cannot be reached.
         """
         policy.check_environment(spec.env)
         policy.check_service_port(spec.service_port, spec.service_port_env)
+        sandbox.check_sandbox(spec)
         policy.check_workload_name(spec.name)
         network = policy.tenant_network_name(spec.tenant)
         budget = Budget(timeout)
@@ -188,7 +194,9 @@ class DockerRuntime:
         )
 
     def stop(self, handle: Handle, *, grace_seconds: float = 30.0, timeout: float = DEFAULT_TIMEOUT) -> WorkloadStatus:
-        """SIGTERM, SIGKILL after `grace_seconds` (Docker counts whole seconds), and return the final status.
+        """The spec's stop signal, SIGKILL after `grace_seconds` (Docker counts whole seconds); return the final status.
+
+        The signal is the container's own (`stop_signal` of its create request), so an adopted one gets it too.
 
         Idempotent: an exited container is left as it is, a missing one
         gives `missing`. The call may take up to grace_seconds + timeout.

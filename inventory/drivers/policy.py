@@ -6,9 +6,9 @@ Pure: no Django, no SDK. Two gates:
   CLI) and refuses any key outside a small whitelist, naming the field and
   the rule, so a user cannot widen their access (privileged mode, host
   paths, host namespaces, devices, root).
-- `check_environment` (and `check_service_port`) run again inside every
-  runtime's `start`, before anything reaches the engine, so a spec built by
-  any other path is held to the same rules.
+- `check_environment` (with `check_service_port`, and `sandbox.check_sandbox`) run
+  again inside every runtime's `start`, before anything reaches the engine,
+  so a spec built by any other path is held to the same rules.
 
 `SpecRefused.rule` is one of the `RULE_*` codes below; `field` is the
 submitted key (`privileged`, `env.LD_PRELOAD`, `command[2]`, ...).

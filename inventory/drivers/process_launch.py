@@ -2,15 +2,19 @@
 
 `ProcessRuntime.start` holds the workload's start lock (`locked`), checks
 that the directory is this workload's (`claim_identity`) and, unless a
-supervisor has already reported, `launch`es one: the command and its
-environment (the spec's, the service port's variable, PATH, HOME and
-LANG: nothing else of the agent's) go into `launch.json` for
-`process_supervisor` to run.
+supervisor has already reported, `launch`es one: its volumes are prepared
+and laid out under `root/` (`process_workdir.lay_out`), its stop signal is
+recorded in `stop.json`, and the command, its working directory (the host
+path of the spec's `workdir`, else `work/`) and its environment (the
+spec's with mount paths turned into host paths, the service port's
+variable, PATH, HOME and LANG: nothing else of the agent's) go into
+`launch.json` for `process_supervisor` to run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -22,8 +26,9 @@ from pathlib import Path
 
 from inventory.drivers import process_supervisor as files
 from inventory.drivers import process_workdir as workdir
-from inventory.drivers.base import DriverTimeout, PermanentDriverError, TransientDriverError, WorkloadSpec
+from inventory.drivers.base import DriverTimeout, Mount, PermanentDriverError, TransientDriverError, WorkloadSpec
 from inventory.drivers.process_workdir import Budget
+from inventory.drivers.storage import prepare_mounts
 
 _CLAIM_GRACE = 5.0
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -84,10 +89,13 @@ def launch(directory: Path, spec: WorkloadSpec, budget: Budget, *, python: str) 
     if _stale(claim):
         claim.unlink()  # an earlier launch died before it started the command
     if not claim.exists():
-        work = directory / "work"
-        work.mkdir(exist_ok=True)
-        env = _environment(spec, work, _service_port(directory, spec))
-        request = {"command": list(spec.command), "env": env, "cwd": str(work)}
+        mounts = _prepared(spec)
+        workdir.lay_out(directory, mounts)
+        cwd = workdir.host_path(directory, mounts, spec.workdir) if spec.workdir else directory / "work"
+        cwd.mkdir(parents=True, exist_ok=True)
+        env = _environment(spec, mounts, cwd, _service_port(directory, spec))
+        files.write_json(directory / workdir.STOP, {"signal": spec.stop_signal})
+        request = {"command": list(spec.command), "env": env, "cwd": str(cwd)}
         fd = os.open(directory / files.LAUNCH, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
         with os.fdopen(fd, "w") as out:
             json.dump(request, out)
@@ -127,7 +135,13 @@ def _service_port(directory: Path, spec: WorkloadSpec) -> int | None:
     return port
 
 
-def _environment(spec: WorkloadSpec, work: Path, port: int | None) -> dict[str, str]:
-    base = {"PATH": os.environ.get("PATH", _DEFAULT_PATH), "HOME": str(work), "LANG": "C.UTF-8"}
+def _prepared(spec: WorkloadSpec) -> tuple[Mount, ...]:
+    """Prepare the spec's volumes for a process of the agent's own user: no other owner can be given."""
+    return prepare_mounts((dataclasses.replace(m, uid=None, gid=None) for m in spec.mounts), None)
+
+
+def _environment(spec: WorkloadSpec, mounts: tuple[Mount, ...], home: Path, port: int | None) -> dict[str, str]:
+    base = {"PATH": os.environ.get("PATH", _DEFAULT_PATH), "HOME": str(home), "LANG": "C.UTF-8"}
     served = {spec.service_port_env: str(port)} if port is not None and spec.service_port_env else {}
-    return {**base, **spec.env, **served, "CUDA_VISIBLE_DEVICES": ",".join(spec.gpu_uuids)}
+    env = workdir.host_environment(spec.env, mounts)
+    return {**base, **env, **served, "CUDA_VISIBLE_DEVICES": ",".join(spec.gpu_uuids)}

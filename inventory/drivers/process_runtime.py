@@ -9,6 +9,21 @@ again: the identity (`spec.json`), the supervisor's and the command's pids
 all written by `process_supervisor`. GPUs are granted through
 CUDA_VISIBLE_DEVICES (the UUIDs; empty for none).
 
+Volumes (the spec's `mounts`) get the same layout as in a container,
+under the workload directory: `root/<target>` (`root/home/<name>`,
+`root/projects/<name>`, `root/datasets/<name>`) is a symlink to the
+prepared volume directory. A process cannot see them at their targets, so
+it runs in the host path of the spec's `workdir` (the home volume), with
+HOME set to it, and every variable of the spec whose value starts with a
+mount's target (`GPUCLOUD_CHECKPOINT_DIR=/projects/p/.checkpoints/7`) is
+rewritten to the host path. This runtime cannot enforce `read_only`, nor
+`run_as` or the volumes' owners: the process runs as the agent's user, and
+volumes it makes are that user's. It is the single-host development
+runtime; use docker wherever those matter.
+
+`stop` sends the spec's `stop_signal` (recorded in `stop.json` at launch)
+to the process group, then SIGKILL after the grace period.
+
 Processes share the host's ports, so a workload with a service port is
 given a free loopback port of its own in the variable its spec names
 (`service_port_env`; without one it must listen on `service_port` itself),
@@ -34,7 +49,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from inventory.drivers import policy
+from inventory.drivers import policy, sandbox
 from inventory.drivers import process_launch as launcher
 from inventory.drivers import process_supervisor as files
 from inventory.drivers.base import (
@@ -57,6 +72,7 @@ from inventory.drivers.process_workdir import (
     alive,
     read_json,
     spec_identity,
+    stop_signal,
     workload_handle,
 )
 
@@ -97,13 +113,16 @@ class ProcessRuntime:
         With a service port, the handle's `endpoint` is
         `http://127.0.0.1:PORT`, the same for every later start of the same
         workload. Raises PermanentDriverError when disabled, when the
-        environment or the service port is refused (before anything runs) or when the name belongs to another
-        workload (`name_conflict`); DriverTimeout when the supervisor does
-        not report within `timeout`.
+        environment, the service port or the sandbox
+        (`sandbox.check_sandbox`) is refused (before anything runs), when a
+        volume cannot be prepared (`storage`'s errors) or when the name
+        belongs to another workload (`name_conflict`); DriverTimeout when
+        the supervisor does not report within `timeout`.
         """
         self._require_enabled()
         policy.check_environment(spec.env)
         policy.check_service_port(spec.service_port, spec.service_port_env)
+        sandbox.check_sandbox(spec)
         policy.check_workload_name(spec.name)
         budget = Budget(timeout)
         directory = self.work_dir / spec.name
@@ -146,7 +165,7 @@ class ProcessRuntime:
         return WorkloadStatus(state="exited", started_at=started, message="supervisor died before the exit status")
 
     def stop(self, handle: Handle, *, grace_seconds: float = 30.0, timeout: float = DEFAULT_TIMEOUT) -> WorkloadStatus:
-        """SIGTERM the process group, SIGKILL it after `grace_seconds`, and return the final status.
+        """Send the spec's stop signal to the process group, SIGKILL it after `grace_seconds`; return the final status.
 
         Idempotent: exited and missing workloads are returned as they are.
         Raises DriverTimeout when the group has not ended `timeout` seconds
@@ -158,7 +177,7 @@ class ProcessRuntime:
             return status
         state = read_json(directory / files.STATE) or {}
         pgid, started = state.get("pgid"), state.get("child_start")
-        self._signal(pgid, started, signal.SIGTERM)
+        self._signal(pgid, started, stop_signal(directory))
         if not self._wait_exited(directory, Budget(grace_seconds)):
             self._signal(pgid, started, signal.SIGKILL)
             if not self._wait_exited(directory, Budget(timeout)):
@@ -179,7 +198,10 @@ class ProcessRuntime:
         return True
 
     def remove(self, handle: Handle, *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        """Kill the workload if it still runs and delete its directory; a missing one is fine."""
+        """Kill the workload if it still runs and delete its directory; a missing one is fine.
+
+        Its volumes stay: the layout's symlinks are deleted, never followed.
+        """
         directory = self._dir(handle)
         if self._status(directory).state == "running":
             self.stop(handle, grace_seconds=0, timeout=timeout)

@@ -1,23 +1,34 @@
 """A process-runtime workload's directory, `work_dir/<name>/`: its file names and what reading them tells.
 
 The directory is the workload's whole record (see `process_runtime`): the
-identity in `spec.json`, the service port in `service.json`, and what the
+identity in `spec.json`, the service port in `service.json`, the stop
+signal in `stop.json`, the sandbox layout under `root/` and what the
 supervisor writes (`process_supervisor`'s file names). Used by
 `process_runtime` and `process_launch`.
+
+The process runtime cannot remap paths, so a mount is a symlink
+`root/<target>` to its volume directory (`lay_out`), and a path inside the
+sandbox is turned into the host path the process must use (`host_path`,
+`host_environment`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from inventory.drivers import process_supervisor as files
-from inventory.drivers.base import DriverTimeout, Handle, WorkloadSpec, endpoint_url
+from inventory.drivers.base import STOP_SIGNALS, DriverTimeout, Handle, Mount, WorkloadSpec, endpoint_url
 
 SPEC = "spec.json"
 SERVICE = "service.json"
+STOP = "stop.json"
+ROOT = "root"
 LOOPBACK = "127.0.0.1"
 POLL = 0.01
 
@@ -78,3 +89,49 @@ def recorded_port(directory: Path) -> int | None:
     """Return the port the workload of `directory` was told to serve on, or None when it has no service port."""
     service = read_json(directory / SERVICE)
     return int(service["port"]) if service is not None else None
+
+
+def stop_signal(directory: Path) -> signal.Signals:
+    """Return the signal `stop` sends first to the workload of `directory` (SIGTERM unless its spec named another)."""
+    name = str((read_json(directory / STOP) or {}).get("signal", "SIGTERM"))
+    return signal.Signals[name] if name in STOP_SIGNALS else signal.SIGTERM
+
+
+# --- the sandbox layout --------------------------------------------------------------
+
+
+def lay_out(directory: Path, mounts: Iterable[Mount]) -> None:
+    """Make `directory/root/<target>` a symlink to each (prepared) mount's source, replacing an outdated one."""
+    for mount in mounts:
+        link = directory / ROOT / mount.target.lstrip("/")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() and os.readlink(link) == mount.source:
+            continue
+        fresh = link.with_name(f".{link.name}.{os.getpid()}")
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to(mount.source)
+        os.replace(fresh, link)
+
+
+def _mounted(path: str, mounts: Iterable[Mount]) -> str | None:
+    """Return the host path of sandbox `path` when it is inside a mount, else None (the deepest target wins)."""
+    for mount in sorted(mounts, key=lambda mount: len(mount.target), reverse=True):
+        if path == mount.target or path.startswith(mount.target.rstrip("/") + "/"):
+            return mount.source + path[len(mount.target) :]
+    return None
+
+
+def host_path(directory: Path, mounts: Iterable[Mount], path: str) -> Path:
+    """Return the host path of absolute sandbox `path`: inside its mount's source, else under `directory/root`."""
+    return Path(_mounted(path, mounts) or directory / ROOT / path.lstrip("/"))
+
+
+def host_environment(env: Mapping[str, str], mounts: Iterable[Mount]) -> dict[str, str]:
+    """Return `env` with every value that starts with a mount's target rewritten to the host path.
+
+    Only whole values are rewritten (`/projects/p/.checkpoints/7`), not
+    paths inside lists (`a:/projects/p`): the process sees the host paths
+    the container would have seen at its targets.
+    """
+    mounts = list(mounts)
+    return {name: _mounted(value, mounts) or value for name, value in env.items()}

@@ -8,105 +8,216 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0006_telemetry_rollups'),
-        ('tenants', '0006_storage'),
+        ("inventory", "0006_telemetry_rollups"),
+        ("tenants", "0006_storage"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='StorageBackend',
+            name="StorageBackend",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=40, unique=True, validators=[django.core.validators.RegexValidator('^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$', 'Use 1 to 40 lowercase letters, digits or hyphens, starting and ending with a letter or digit.', code='invalid_slug')])),
-                ('kind', models.CharField(choices=[('local', 'Node-local directory'), ('shared', 'Shared filesystem')], default='shared', max_length=16)),
-                ('path', models.CharField(max_length=500)),
-                ('console_path', models.CharField(blank=True, max_length=500)),
-                ('marker', models.CharField(max_length=64)),
-                ('is_default', models.BooleanField(default=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('node', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='storage_backends', to='inventory.node')),
-                ('pools', models.ManyToManyField(blank=True, related_name='storage_backends', to='inventory.nodepool')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=40,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
+                                "Use 1 to 40 lowercase letters, digits or hyphens, starting and ending with a letter or digit.",
+                                code="invalid_slug",
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("local", "Node-local directory"), ("shared", "Shared filesystem")],
+                        default="shared",
+                        max_length=16,
+                    ),
+                ),
+                ("path", models.CharField(max_length=500)),
+                ("console_path", models.CharField(blank=True, max_length=500)),
+                ("marker", models.CharField(max_length=64)),
+                ("is_default", models.BooleanField(default=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="storage_backends",
+                        to="inventory.node",
+                    ),
+                ),
+                ("pools", models.ManyToManyField(blank=True, related_name="storage_backends", to="inventory.nodepool")),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Volume',
+            name="Volume",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('home', 'Home'), ('project', 'Project volume'), ('dataset', 'Dataset')], max_length=16)),
-                ('name', models.CharField(max_length=40, validators=[django.core.validators.RegexValidator('^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$', 'Use 1 to 40 lowercase letters, digits or hyphens, starting and ending with a letter or digit.', code='invalid_slug')])),
-                ('description', models.CharField(blank=True, max_length=200)),
-                ('directory', models.CharField(max_length=300)),
-                ('size_limit_bytes', models.PositiveBigIntegerField(blank=True, null=True)),
-                ('used_bytes', models.PositiveBigIntegerField(default=0)),
-                ('used_measured_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('backend', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='volumes', to='inventory.storagebackend')),
-                ('owner', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='home_volumes', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='volumes', to='tenants.project')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("home", "Home"), ("project", "Project volume"), ("dataset", "Dataset")], max_length=16
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=40,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
+                                "Use 1 to 40 lowercase letters, digits or hyphens, starting and ending with a letter or digit.",
+                                code="invalid_slug",
+                            )
+                        ],
+                    ),
+                ),
+                ("description", models.CharField(blank=True, max_length=200)),
+                ("directory", models.CharField(max_length=300)),
+                ("size_limit_bytes", models.PositiveBigIntegerField(blank=True, null=True)),
+                ("used_bytes", models.PositiveBigIntegerField(default=0)),
+                ("used_measured_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "backend",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="volumes",
+                        to="inventory.storagebackend",
+                    ),
+                ),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="home_volumes",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="volumes",
+                        to="tenants.project",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['kind', 'name'],
+                "ordering": ["kind", "name"],
             },
             managers=[
-                ('all_tenants', django.db.models.manager.Manager()),
-                ('objects', django.db.models.manager.Manager()),
+                ("all_tenants", django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='VolumeShare',
+            name="VolumeShare",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('read_only', models.BooleanField(default=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='volume_shares', to='tenants.project')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('volume', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='shares', to='inventory.volume')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("read_only", models.BooleanField(default=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="volume_shares", to="tenants.project"
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "volume",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="shares", to="inventory.volume"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['volume_id', 'project_id'],
+                "ordering": ["volume_id", "project_id"],
             },
             managers=[
-                ('all_tenants', django.db.models.manager.Manager()),
-                ('objects', django.db.models.manager.Manager()),
+                ("all_tenants", django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.AddConstraint(
-            model_name='storagebackend',
-            constraint=models.UniqueConstraint(condition=models.Q(('is_default', True)), fields=('is_default',), name='one_default_backend'),
+            model_name="storagebackend",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("is_default", True)), fields=("is_default",), name="one_default_backend"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='storagebackend',
-            constraint=models.CheckConstraint(condition=models.Q(('kind', 'shared'), ('node__isnull', False), _connector='OR'), name='local_backend_has_node'),
+            model_name="storagebackend",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("kind", "shared"), ("node__isnull", False), _connector="OR"),
+                name="local_backend_has_node",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='volume',
-            constraint=models.UniqueConstraint(condition=models.Q(('kind', 'home')), fields=('tenant', 'owner'), name='one_home_per_user_and_tenant'),
+            model_name="volume",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("kind", "home")), fields=("tenant", "owner"), name="one_home_per_user_and_tenant"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='volume',
-            constraint=models.UniqueConstraint(condition=models.Q(('kind', 'home'), _negated=True), fields=('tenant', 'name'), name='volume_name_unique_per_tenant'),
+            model_name="volume",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("kind", "home"), _negated=True),
+                fields=("tenant", "name"),
+                name="volume_name_unique_per_tenant",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='volume',
-            constraint=models.UniqueConstraint(fields=('backend', 'directory'), name='volume_directory_unique'),
+            model_name="volume",
+            constraint=models.UniqueConstraint(fields=("backend", "directory"), name="volume_directory_unique"),
         ),
         migrations.AddConstraint(
-            model_name='volume',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('kind', 'home'), _negated=True), ('owner__isnull', False), _connector='OR'), name='home_volume_has_owner'),
+            model_name="volume",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("kind", "home"), _negated=True), ("owner__isnull", False), _connector="OR"
+                ),
+                name="home_volume_has_owner",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='volume',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('kind', 'project'), _negated=True), ('project__isnull', False), _connector='OR'), name='project_volume_has_project'),
+            model_name="volume",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("kind", "project"), _negated=True), ("project__isnull", False), _connector="OR"
+                ),
+                name="project_volume_has_project",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='volumeshare',
-            constraint=models.UniqueConstraint(fields=('volume', 'project'), name='volume_share_unique'),
+            model_name="volumeshare",
+            constraint=models.UniqueConstraint(fields=("volume", "project"), name="volume_share_unique"),
         ),
     ]

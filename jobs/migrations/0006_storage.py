@@ -4,35 +4,50 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0005_replica_log_end'),
+        ("jobs", "0005_replica_log_end"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='workload',
-            name='checkpointed_at',
+            model_name="workload",
+            name="checkpointed_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='workload',
-            name='lab_path',
+            model_name="workload",
+            name="lab_path",
             field=models.CharField(blank=True, max_length=500),
         ),
         migrations.AddField(
-            model_name='workload',
-            name='lost_gpu_seconds',
+            model_name="workload",
+            name="lost_gpu_seconds",
             field=models.FloatField(default=0.0),
         ),
         migrations.AddField(
-            model_name='workload',
-            name='stop_signal',
-            field=models.CharField(default='SIGTERM', max_length=10),
+            model_name="workload",
+            name="stop_signal",
+            field=models.CharField(default="SIGTERM", max_length=10),
         ),
         migrations.AlterField(
-            model_name='workload',
-            name='state',
-            field=models.CharField(choices=[('pending', 'Pending'), ('scheduled', 'Scheduled'), ('starting', 'Starting'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled'), ('preempted', 'Preempted'), ('lost', 'Lost'), ('hibernated', 'Hibernated')], db_index=True, default='pending', max_length=16),
+            model_name="workload",
+            name="state",
+            field=models.CharField(
+                choices=[
+                    ("pending", "Pending"),
+                    ("scheduled", "Scheduled"),
+                    ("starting", "Starting"),
+                    ("running", "Running"),
+                    ("succeeded", "Succeeded"),
+                    ("failed", "Failed"),
+                    ("cancelled", "Cancelled"),
+                    ("preempted", "Preempted"),
+                    ("lost", "Lost"),
+                    ("hibernated", "Hibernated"),
+                ],
+                db_index=True,
+                default="pending",
+                max_length=16,
+            ),
         ),
     ]

@@ -4,25 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tenants', '0005_membership_email'),
+        ("tenants", "0005_membership_email"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='project',
-            name='storage_limit_bytes',
+            model_name="project",
+            name="storage_limit_bytes",
             field=models.PositiveBigIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='home_limit_bytes',
+            model_name="tenant",
+            name="home_limit_bytes",
             field=models.PositiveBigIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='storage_limit_bytes',
+            model_name="tenant",
+            name="storage_limit_bytes",
             field=models.PositiveBigIntegerField(blank=True, null=True),
         ),
     ]

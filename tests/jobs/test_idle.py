@@ -303,7 +303,9 @@ def test_extend_once_then_stop(world: World) -> None:
     since = extended.idle_extended_at
     assert _check(since + 49 * MINUTE)["active"] == 1
     assert _check(since + 50 * MINUTE)["warned"] == 1
-    assert _events(notebook, "workload.idle_warning")[-1].endswith("unless you use it. Its files stay in your home; resume it any time from its page.")
+    assert _events(notebook, "workload.idle_warning")[-1].endswith(
+        "unless you use it. Its files stay in your home; resume it any time from its page."
+    )
     again = client.post(EXTEND.format(pk=notebook.pk))
     assert again.status_code == 409
     assert again.json()["error"]["code"] == "already_extended"
