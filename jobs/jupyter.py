@@ -59,7 +59,8 @@ def last_session_path(sessions: list[dict[str, Any]]) -> str | None:
     best: tuple[datetime, str] | None = None
     for session in sessions:
         path = session.get("path")
-        kernel = session.get("kernel") if isinstance(session.get("kernel"), dict) else {}
+        kernel = session.get("kernel")
+        kernel = kernel if isinstance(kernel, dict) else {}
         stamp = parse_time(kernel.get("last_activity")) or datetime.min.replace(tzinfo=UTC)
         if isinstance(path, str) and path and (best is None or stamp >= best[0]):
             best = (stamp, path)

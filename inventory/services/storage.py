@@ -21,7 +21,7 @@ from django.db import IntegrityError, transaction
 
 from common.errors import Conflict
 from inventory.choices import StorageKind
-from inventory.models import Node, NodePool, StorageBackend
+from inventory.models import Node, NodePool, StorageBackend, Volume
 from tenants.context import Actor
 from tenants.services import delete_audited, record_audit_event, snapshot
 from tenants.services.access import require_operator
@@ -158,14 +158,19 @@ def create_storage_backend(
 def delete_storage_backend(*, actor: Actor, backend: StorageBackend) -> None:
     """Delete a backend that holds no volume (operators only); raises Conflict while volumes live on it."""
     require_operator(actor)
-    if backend.volumes.exists():
+    if Volume.all_tenants.filter(backend=backend).exists():  # every tenant's: `backend.volumes` is scoped to one
         raise Conflict(f"Storage backend {backend.name} still holds volumes.", code="backend_in_use")
     delete_audited(actor=actor, action="storage_backend.delete", obj=backend, tenant_id=None, audited=BACKEND_FIELDS)
 
 
 class NodeLike(Protocol):
-    pk: int
-    pool_id: int
+    """What `mountable_backends` reads from a node (a Node row, or the scheduler's lighter stand-in)."""
+
+    @property
+    def pk(self) -> int: ...
+
+    @property
+    def pool_id(self) -> int: ...
 
 
 def mountable_backends(
