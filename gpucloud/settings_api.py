@@ -76,6 +76,9 @@ SCHEMA_SETTINGS = {
         "NodeKindEnum": "inventory.choices.NodeKind",
         "WorkloadKindEnum": "jobs.choices.WorkloadKind",
         "WorkloadStateEnum": "jobs.choices.WorkloadState",
+        "VolumeKindEnum": "inventory.choices.VolumeKind",
+        "StorageKindEnum": "inventory.choices.StorageKind",
+        "FileKindEnum": "inventory.choices.FileKind",
     },
 }
 """SPECTACULAR_SETTINGS: the schema's title, its error responses (common.api.schema) and the enums' names."""

@@ -16,6 +16,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     path("tenants/<str:tenant>/", include(tenants_api.tenant.urls)),
     path("tenants/<str:tenant>/", include(jobs_api.tenant.urls)),
+    path("tenants/<str:tenant>/", include(inventory_api.tenant.urls)),
     path("", include(tenants_api.platform.urls)),
     path("", include(inventory_api.platform.urls)),
     path("", include(jobs_api.platform.urls)),

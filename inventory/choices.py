@@ -94,3 +94,11 @@ class VolumeKind(models.TextChoices):
     HOME = "home", "Home"
     PROJECT = "project", "Project volume"
     DATASET = "dataset", "Dataset"
+
+
+class FileKind(models.TextChoices):
+    """What an entry of a volume's folder is (a link is shown, never followed)."""
+
+    FILE = "file", "File"
+    DIR = "dir", "Folder"
+    LINK = "link", "Link"

@@ -77,7 +77,7 @@ def volume_rights(actor: Actor, volume: Volume) -> Rights:
 
 
 def rights_by_volume(actor: Actor, tenant: Tenant, volumes: Iterable[Volume]) -> dict[int, Rights]:
-    """Return `volume_rights` of each of `volumes` (all of `tenant`) by id, in two queries however many there are.
+    """Return `volume_rights` of each of `volumes` (all of `tenant`) by id (at most two queries for any number).
 
     A volume `actor` may not see is left out rather than raising.
     """

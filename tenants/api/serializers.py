@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
-from common.api.fields import Integer
+from common.api.fields import ID_MAX, Integer
 from inventory.selectors import pools_open_to_tenant
 from tenants.api.fields import ScopedSlugField
 from tenants.choices import MEMBERSHIP_ROLES, Role
@@ -15,6 +15,16 @@ from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuo
 from tenants.selectors import projects_in_scope, tenants_visible_to
 
 MAX_TEXT = 2000
+
+
+def _bytes_limit(help_text: str) -> Integer:
+    """A storage quota in bytes (a 64-bit column): 0 or more, null for no limit."""
+    return Integer(min_value=0, max_value=ID_MAX, required=False, allow_null=True, help_text=help_text)
+
+
+TENANT_STORAGE_HELP = "Bytes every volume of the tenant may hold together; null: no limit."
+HOME_LIMIT_HELP = "Bytes each member's home may hold; null: no limit."
+PROJECT_STORAGE_HELP = "Bytes the project's volumes and datasets may hold together, within the tenant's; null: none."
 
 
 def _projects(context: dict[str, Any]) -> Any:
@@ -32,7 +42,10 @@ def _visible_tenants(context: dict[str, Any]) -> Any:
 class TenantSerializer(serializers.ModelSerializer):
     class Meta:
         model = Tenant
-        fields = ["slug", "name", "description", "is_active", "created_at", "updated_at"]
+        fields = [
+            "slug", "name", "description", "is_active", "storage_limit_bytes", "home_limit_bytes", "created_at",
+            "updated_at",
+        ]  # fmt: skip
         read_only_fields = fields
 
 
@@ -46,12 +59,14 @@ class TenantUpdateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=120, required=False)
     description = serializers.CharField(max_length=MAX_TEXT, required=False, allow_blank=True)
     is_active = serializers.BooleanField(required=False)
+    storage_limit_bytes = _bytes_limit(TENANT_STORAGE_HELP)
+    home_limit_bytes = _bytes_limit(HOME_LIMIT_HELP)
 
 
 class ProjectSerializer(serializers.ModelSerializer):
     class Meta:
         model = Project
-        fields = ["slug", "name", "description", "created_at", "updated_at"]
+        fields = ["slug", "name", "description", "storage_limit_bytes", "created_at", "updated_at"]
         read_only_fields = fields
 
 
@@ -62,6 +77,7 @@ class ProjectCreateSerializer(TenantCreateSerializer):
 class ProjectUpdateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=120, required=False)
     description = serializers.CharField(max_length=MAX_TEXT, required=False, allow_blank=True)
+    storage_limit_bytes = _bytes_limit(PROJECT_STORAGE_HELP)
 
 
 class MembershipSerializer(serializers.ModelSerializer):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 from django.db import transaction
@@ -15,13 +16,28 @@ from tenants.services.access import require_operator, require_role
 from tenants.services.audit import delete_audited, record_audit_event, snapshot, update_audited
 from tenants.services.validation import clean_fields
 
-TENANT_FIELDS = ["slug", "name", "description", "is_active"]
-PROJECT_FIELDS = ["slug", "name", "description"]
+TENANT_FIELDS = ["slug", "name", "description", "is_active", "storage_limit_bytes", "home_limit_bytes"]
+PROJECT_FIELDS = ["slug", "name", "description", "storage_limit_bytes"]
+
+
+class Unchanged(Enum):
+    """The default of an update argument whose None means something (a limit of None is no limit)."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED = Unchanged.UNCHANGED
+Limit = int | None | Unchanged
 
 
 def _given(**values: Any) -> dict[str, Any]:
     """Return the values given, the ones not None: what an update changes."""
     return {name: value for name, value in values.items() if value is not None}
+
+
+def _limits(**values: Limit) -> dict[str, int | None]:
+    """Return the limits given (None included: no limit), leaving out those left UNCHANGED."""
+    return {name: value for name, value in values.items() if not isinstance(value, Unchanged)}
 
 
 @transaction.atomic
@@ -47,15 +63,23 @@ def update_tenant(
     name: str | None = None,
     description: str | None = None,
     is_active: bool | None = None,
+    storage_limit_bytes: Limit = UNCHANGED,
+    home_limit_bytes: Limit = UNCHANGED,
 ) -> Tenant:
-    """Change a tenant's name, description or active flag; operators only. The slug is permanent."""
+    """Change a tenant's name, description, active flag or storage quotas; operators only. The slug is permanent.
+
+    `storage_limit_bytes` caps every volume of the tenant together,
+    `home_limit_bytes` each member's home; None removes a limit. Raises
+    ValidationError naming every failing field (a negative limit).
+    """
     require_operator(actor)
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    limits = _limits(storage_limit_bytes=storage_limit_bytes, home_limit_bytes=home_limit_bytes)
     return update_audited(
         actor=actor,
         action="tenant.update",
         obj=tenant,
-        changes=_given(name=name, description=description, is_active=is_active),
+        changes={**_given(name=name, description=description, is_active=is_active), **limits},
         tenant_id=tenant.pk,
         audited=TENANT_FIELDS,
     )
@@ -93,16 +117,35 @@ def create_project(*, actor: Actor, tenant: Tenant, slug: str, name: str, descri
 
 @transaction.atomic
 def update_project(
-    *, actor: Actor, project: Project, name: str | None = None, description: str | None = None
+    *,
+    actor: Actor,
+    project: Project,
+    name: str | None = None,
+    description: str | None = None,
+    storage_limit_bytes: Limit = UNCHANGED,
 ) -> Project:
-    """Change a project's name or description; tenant admins and operators. The slug is permanent."""
+    """Change a project's name, description or storage quota; tenant admins and operators. The slug is permanent.
+
+    `storage_limit_bytes` caps the project's volumes and datasets together,
+    within the tenant's storage quota; None removes it. Raises
+    ValidationError naming every failing field (negative, above the tenant's).
+    """
     require_role(actor, project.tenant, Role.ADMIN)
     project = Project.all_tenants.select_for_update().get(pk=project.pk)
+    limits = _limits(storage_limit_bytes=storage_limit_bytes)
+    tenant_limit = project.tenant.storage_limit_bytes
+    limit = limits.get("storage_limit_bytes")
+    if limit is not None and tenant_limit is not None and limit > tenant_limit:
+        raise invalid(
+            "storage_limit_bytes",
+            "above_tenant_limit",
+            f"The project's storage quota ({limit} bytes) exceeds the tenant's ({tenant_limit} bytes).",
+        )
     return update_audited(
         actor=actor,
         action="project.update",
         obj=project,
-        changes=_given(name=name, description=description),
+        changes={**_given(name=name, description=description), **limits},
         tenant_id=project.tenant_id,
         audited=PROJECT_FIELDS,
     )

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,6 +61,24 @@ CREDENTIALS = ["session", "token"]
 
 
 @dataclass(frozen=True)
+class Call:
+    """One more operation of an endpoint: `verb` on `url`, needing `role`.
+
+    For operations the generic ones cannot express: a PUT, a DELETE with a
+    query, a POST that is not `<detail>/<name>/`, or one needing another
+    role than the endpoint's `read`/`write`. `route` is the route name it
+    exercises (`<basename>-<route>`), when that is not the list's or the
+    detail's.
+    """
+
+    verb: str
+    url: Urls
+    role: Role
+    body: Payload | None = None
+    route: str | None = None
+
+
+@dataclass(frozen=True)
 class Contract:
     """What one API endpoint promises."""
 
@@ -79,9 +98,22 @@ class Contract:
     actions: dict[str, Payload] = field(default_factory=dict)
     # Detail reads (GET <detail><path>) by route name; they need the read role.
     reads: dict[str, str] = field(default_factory=dict)
+    # Any other operation, by a name of its own (see Call).
+    calls: dict[str, Call] = field(default_factory=dict)
 
     def operations(self) -> list[str]:
-        return OPERATIONS + [f"action:{name}" for name in self.actions] + [f"read:{name}" for name in self.reads]
+        return (
+            OPERATIONS
+            + [f"action:{name}" for name in self.actions]
+            + [f"read:{name}" for name in self.reads]
+            + [f"call:{name}" for name in self.calls]
+        )
+
+    def needed(self, operation: str) -> Role:
+        """Return the least role `operation` needs."""
+        if operation.startswith("call:"):
+            return self.calls[operation.removeprefix("call:")].role
+        return self.read if _is_read(operation) else self.write
 
     def requests(self, world: World, extra: dict[str, Any]) -> list[tuple[str, str, dict[str, Any] | None]]:
         """Return (method, url, body) for every operation this endpoint offers."""
@@ -101,6 +133,8 @@ class Contract:
         for name, path in self.reads.items():
             if detail:
                 items.append((f"read:{name}", f"{detail}{path}", None))
+        for name, call in self.calls.items():
+            items.append((f"call:{name}", call.url(world, extra), call.body(world, extra) if call.body else None))
         return items
 
 
@@ -199,6 +233,51 @@ def _preset(world: World) -> dict[str, Any]:
 
 def _preset_body(world: World, extra: dict[str, Any]) -> dict[str, Any]:
     return {"name": "Fresh", "kind": "job", "image": "busybox:1", "pool": "shared"}
+
+
+def _volume_world(world: World) -> dict[str, Any]:
+    """Alpha's project volume `alpha-files` holds hello.txt; member_a and viewer_a work in alpha; `gamma` exists."""
+    from inventory.models import Volume
+    from inventory.services import volume_files, volumes
+    from tests.jobs.factories import assign
+
+    for user in (world.member_a, world.viewer_a):
+        assign(user, world.project_a)
+    Project.all_tenants.get_or_create(tenant=world.tenant_a, slug="gamma", defaults={"name": "Gamma"})
+    volume = Volume.all_tenants.filter(tenant=world.tenant_a, name="alpha-files").first()
+    if volume is None:
+        volume = volumes.create_volume(
+            actor=Actor(user=world.admin_a), tenant=world.tenant_a, kind="project", name="alpha-files",
+            project=world.project_a,
+        )  # fmt: skip
+    Path(volume_files.ensure_directory(volume), "hello.txt").write_bytes(b"hello")
+    return {"pk": volume.pk}
+
+
+def _shared_volume_world(world: World) -> dict[str, Any]:
+    """`_volume_world`, with alpha-files shared read-only with gamma."""
+    from inventory.models import Volume
+    from inventory.services import volumes
+
+    extra = _volume_world(world)
+    gamma = Project.all_tenants.get(tenant=world.tenant_a, slug="gamma")
+    volume = Volume.all_tenants.get(pk=extra["pk"])
+    volumes.share_volume(actor=Actor(user=world.admin_a), volume=volume, project=gamma)
+    return {**extra, "shared": "gamma"}
+
+
+def _storage_backend(world: World) -> dict[str, Any]:
+    """A spare shared backend beside the test's storage root; `root` is where a fresh one may go."""
+    from django.conf import settings
+
+    from inventory.models import StorageBackend
+    from inventory.services.storage import create_storage_backend
+
+    beside = Path(settings.STORAGE_ROOT).parent
+    if not StorageBackend.objects.filter(name="spare").exists():
+        operator = Actor(user=world.operator)
+        create_storage_backend(actor=operator, name="spare", kind="shared", path=str(beside / "spare"))
+    return {"root": str(beside / "fresh")}
 
 
 CONTRACTS = [
@@ -345,11 +424,22 @@ CONTRACTS = [
         write=Role.MEMBER,
         setup=_workload_world,
         create=_workload_body,
-        actions={"cancel": lambda w, x: {}, "extend": lambda w, x: {}, "restart": lambda w, x: {}},
+        actions={
+            "cancel": lambda w, x: {},
+            "extend": lambda w, x: {},
+            "restart": lambda w, x: {},
+            "hibernate": lambda w, x: {},
+            "resume": lambda w, x: {},
+        },
         reads={"logs": "logs/", "logs-download": "logs/download/"},
-        # Only an idle-warned running notebook can be extended, and only an ended workload restarted;
-        # the contract's workload is a pending job.
-        authorized_status={"action:extend": 409, "action:restart": 409},
+        # Only an idle-warned running notebook can be extended, only an ended workload restarted, and only
+        # notebooks hibernate and resume; the contract's workload is a pending job.
+        authorized_status={
+            "action:extend": 409,
+            "action:restart": 409,
+            "action:hibernate": 409,
+            "action:resume": 409,
+        },
     ),
     Contract(
         basename="workload-bulk",
@@ -391,7 +481,65 @@ CONTRACTS = [
         delete=True,
     ),
 ]
+CONTRACTS += [
+    Contract(
+        basename="volume",
+        list_url=_t("volumes/"),
+        detail_url=_t("volumes/{pk}/"),
+        read=Role.VIEWER,
+        write=Role.ADMIN,
+        setup=_volume_world,
+        create=lambda w, x: {"kind": "dataset", "name": "fresh-data", "project": "alpha"},
+        update=lambda w, x: {"description": "Changed", "size_limit_bytes": 10**9},
+        delete=True,
+        authorized_status={"delete": 409},  # it still holds hello.txt
+        calls={"volume-home": Call("post", _t("volumes/home/"), Role.MEMBER, route="home")},
+    ),
+    Contract(
+        basename="volume-share",
+        list_url=_t("volumes/{pk}/shares/"),
+        detail_url=_t("volumes/{pk}/shares/{shared}/"),
+        read=Role.VIEWER,
+        write=Role.ADMIN,
+        setup=_shared_volume_world,
+        create=lambda w, x: {"project": "gamma", "read_only": False},
+        delete=True,
+    ),
+    Contract(
+        basename="volume-file",
+        list_url=_t("volumes/{pk}/files/?path="),
+        detail_url=None,  # files are named by ?path=: the calls below
+        read=Role.VIEWER,
+        write=Role.MEMBER,
+        setup=_volume_world,
+        calls={
+            "file-download": Call(
+                "get", _t("volumes/{pk}/files/content/?path=hello.txt"), Role.VIEWER, None, "content"
+            ),
+            "file-upload": Call(
+                "put", _t("volumes/{pk}/files/content/?path=up.txt"), Role.MEMBER, lambda w, x: {"a": 1}, "content"
+            ),
+            "file-folder": Call(
+                "post", _t("volumes/{pk}/files/folders/"), Role.MEMBER, lambda w, x: {"path": "made"}, "folders"
+            ),
+            "file-delete": Call("delete", _t("volumes/{pk}/files/?path=hello.txt"), Role.MEMBER),
+        },
+    ),
+    Contract(
+        basename="storage-backend",
+        list_url=_p("storage-backends/"),
+        detail_url=_p("storage-backends/spare/"),
+        read=Role.OPERATOR,
+        write=Role.OPERATOR,
+        tenant_scoped=False,
+        setup=_storage_backend,
+        create=lambda w, x: {"name": "fresh-store", "path": x["root"]},
+        delete=True,
+    ),
+]
 BY_NAME = {c.basename: c for c in CONTRACTS}
+# Every Call by its operation name ("call:<name>"; names are unique across contracts).
+CALLS = {f"call:{name}": call for c in CONTRACTS for name, call in c.calls.items()}
 OPERATIONS = ["get", "get-detail", "post", "patch", "delete"]
 
 
@@ -403,6 +551,8 @@ def _call(principal: Any, method: str, url: str, body: dict[str, Any] | None) ->
         if method == "get-detail" or method.startswith("read:")
         else "post"
         if method.startswith("action:")
+        else CALLS[method].verb
+        if method.startswith("call:")
         else method
     )
     return getattr(client, verb)(url, body, format="json") if body is not None else getattr(client, verb)(url)
@@ -484,6 +634,8 @@ def _principal(world: World, persona: str, credential: str) -> Any:
 
 
 def _is_read(operation: str) -> bool:
+    if operation.startswith("call:"):
+        return CALLS[operation].verb == "get"
     return operation.startswith(("get", "read:"))
 
 
@@ -497,7 +649,7 @@ def test_each_role_gets_exactly_its_rights(
     request = _request(world, basename, operation)
     if request is None:
         return
-    needed = contract.read if _is_read(operation) else contract.write
+    needed = contract.needed(operation)
     principal = _principal(world, persona, credential)
     before = _state()
     response = _call(principal, *request)
@@ -657,6 +809,7 @@ def test_every_api_route_has_a_contract() -> None:
         covered.add(f"api:{contract.basename}-detail")
         covered |= {f"api:{contract.basename}-{name}" for name in contract.actions}
         covered |= {f"api:{contract.basename}-{name}" for name in contract.reads}
+        covered |= {f"api:{contract.basename}-{call.route}" for call in contract.calls.values() if call.route}
     missing = sorted(_api_route_names(get_resolver().url_patterns) - covered)
     assert not missing, f"API routes without a permission contract: {missing}"
 
@@ -694,7 +847,9 @@ def test_every_schema_operation_has_a_contract(world: World) -> None:
     covered = set(COVERED_ELSEWHERE)
     for contract in CONTRACTS:
         for method, url, _ in contract.requests(world, contract.setup(world)):
-            verb = _VERBS.get(method) or ("POST" if method.startswith("action:") else "GET")
+            verb = _VERBS.get(method) or (
+                "POST" if method.startswith("action:") else CALLS[method].verb.upper() if method in CALLS else "GET"
+            )
             template = _template_of(url, templates)
             assert template is not None, f"{contract.basename} {method} {url} is not in the schema"
             covered.add((verb, template))

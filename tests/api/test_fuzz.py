@@ -38,6 +38,8 @@ from tests.api.test_contract import (
     _preset,
     _project_quota,
     _ready_node,
+    _shared_volume_world,
+    _storage_backend,
     _workload_world,
 )
 from tests.conftest import World
@@ -99,6 +101,10 @@ def objects(world: World) -> Objects:
         "id:workloads": str(workload["pk"]),
         "id:tokens": str(_member_token(world)["pk"]),
         "id:audit-events": str(AuditEvent.all_tenants.filter(tenant_id=world.tenant_a.pk).latest("id").pk),
+        "id:volumes": str(_shared_volume_world(world)["pk"]),
+        "volume": str(_shared_volume_world(world)["pk"]),
+        "project:shares": "gamma",
+        "name:storage-backends": "spare" if _storage_backend(world) else "",
     }
     tokens = {role: _token(world, role) for role in ROLES}
     assert ApiToken.all_tenants.count() >= 4

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
@@ -44,6 +45,7 @@ from tests.api.test_contract import (
     _ready_node,
     _state,
     _user,
+    _volume_world,
     _workload_world,
 )
 from tests.conftest import World
@@ -152,6 +154,21 @@ PAGES = [
         setup=_workload_world,
         post=lambda w, x: {"kind": "job", "name": "sneaky", "project": "alpha", "pool": "shared", "image": "busybox:1"},
     ),
+    PageRoute(
+        "storage",
+        _t("storage/"),
+        Role.VIEWER,
+        setup=_volume_world,
+        post=lambda w, x: {"action": "create", "new-kind": "dataset", "new-name": "sneaky", "new-project": "alpha"},
+    ),
+    PageRoute(
+        "volume",
+        _t("storage/{pk}/"),
+        Role.VIEWER,
+        setup=_volume_world,
+        post=lambda w, x: {"action": "upload", "folder": "", "up-file": SimpleUploadedFile("sneaky.txt", b"x")},
+    ),
+    PageRoute("volume_download", _t("storage/{pk}/download/?path=hello.txt"), Role.VIEWER, setup=_volume_world),
     PageRoute("ops_tenants", _o("tenants/"), None, post=lambda w, x: {"toggle": "tenant-a"}),
     PageRoute("ops_pools", _o("pools/"), None),
     PageRoute("ops_pool_edit", _o("pools/shared/"), None, post=lambda w, x: {"delete": "1"}, get=False),

@@ -20,7 +20,11 @@ DATA = Mount("/srv/gpucloud/t1/datasets/imagenet", "/datasets/imagenet", read_on
 
 def sandboxed(**changes: Any) -> WorkloadSpec:
     spec = new_spec(["true"], tenant="acme")
-    fields = {"mounts": (HOME, DATA), "run_as": RunAs(1001, 2001, (1001, 2000)), "workdir": "/home/alice"}
+    fields: dict[str, Any] = {
+        "mounts": (HOME, DATA),
+        "run_as": RunAs(1001, 2001, (1001, 2000)),
+        "workdir": "/home/alice",
+    }
     return dataclasses.replace(spec, **(fields | changes))
 
 

@@ -1,0 +1,419 @@
+"""The tenant's Storage page (volumes, quotas, sharing) and each volume's file browser.
+
+Who sees which volume and may change its files is
+`inventory.services.volume_access`'s; the writes are `volumes`' and
+`volume_files`' services, whose errors land on the form that caused them
+(nothing is written on an error). Uploads arrive as multipart forms, which
+Django spools to a temporary file past 2.5 MB; the file then streams into
+the volume in chunks, so memory stays flat however large it is.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Sum
+from django.http import FileResponse, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from common.errors import Conflict
+from frontend.access import Page, tenant_view
+from frontend.forms import apply_service_errors
+from inventory.choices import VolumeKind
+from inventory.models import Volume
+from inventory.services import volume_files, volumes
+from inventory.services.volume_access import Rights, rights_by_volume, visible_volumes
+from tenants import services as tenant_services
+from tenants.choices import Role
+from tenants.models import Project
+from tenants.selectors import projects_in_scope
+
+GIB = 1024**3
+PAGE_SIZE = 200
+CHUNK = 1 << 20
+
+
+def _gib(**kwargs: Any) -> forms.DecimalField:
+    # No upper bound here: ranges are the services', reported in their words.
+    return forms.DecimalField(
+        required=False, min_value=0, decimal_places=3, help_text="GiB; empty: no limit.", **kwargs
+    )
+
+
+def _bytes(gib: Decimal | None) -> int | None:
+    return None if gib is None else int(gib * GIB)
+
+
+class VolumeForm(forms.Form):
+    kind = forms.ChoiceField(choices=[(VolumeKind.PROJECT, "Project volume"), (VolumeKind.DATASET, "Dataset")])
+    name = forms.CharField(max_length=40, help_text="Mounted at /projects/<name> or /datasets/<name>.")
+    project = forms.ChoiceField(required=False, help_text="A dataset without one is the tenant's.")
+    description = forms.CharField(max_length=200, required=False)
+    size_limit_bytes = _gib(label="Size limit")
+
+    def __init__(self, *args: Any, project_choices: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["project"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [("", "—"), *project_choices]
+
+
+class TenantStorageForm(forms.Form):
+    storage_limit_bytes = _gib(label="Tenant storage quota")
+    home_limit_bytes = _gib(label="Home limit (each member)")
+
+
+class ProjectStorageForm(forms.Form):
+    project = forms.ChoiceField()
+    storage_limit_bytes = _gib(label="Project storage quota")
+
+    def __init__(self, *args: Any, project_choices: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["project"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = project_choices
+
+
+class VolumeEditForm(forms.Form):
+    description = forms.CharField(max_length=200, required=False)
+    size_limit_bytes = _gib(label="Size limit")
+
+
+class ShareForm(forms.Form):
+    project = forms.ChoiceField()
+    read_only = forms.BooleanField(required=False, initial=True, label="Read-only")
+
+    def __init__(self, *args: Any, project_choices: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["project"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = project_choices
+
+
+class UploadForm(forms.Form):
+    file = forms.FileField()
+
+
+class FolderForm(forms.Form):
+    path = forms.CharField(max_length=4096, strip=False, label="New folder", help_text="Inside this folder.")
+
+
+def _attempt(form: forms.Form, call: Callable[[], Any]) -> bool:
+    """Run a service call for a valid form; on a refusal put its message on the form and return False."""
+    try:
+        call()
+    except (ValidationError, Conflict) as error:
+        apply_service_errors(form, error)
+        return False
+    except (volume_files.FileNotFound, volume_files.StorageUnavailable) as error:
+        form.add_error(None, str(error))
+        return False
+    return True
+
+
+def _projects() -> list[tuple[str, str]]:
+    return [(p.slug, p.name) for p in projects_in_scope()]
+
+
+# --- the Storage page -----------------------------------------------------------------
+
+
+@tenant_view(Role.VIEWER)
+def storage(request: HttpRequest, page: Page) -> HttpResponse:
+    """The volumes you can see with their use, the tenant's and projects' quotas, and (admins) new volumes."""
+    action = request.POST.get("action", "") if request.method == "POST" else ""
+    if action == "home":
+        if not page.can_write or page.actor.user is None:
+            raise PermissionDenied("Viewers have no home: they never write.")
+        home = volumes.home_volume(tenant=page.tenant, user=page.actor.user)
+        return redirect("frontend:volume", tenant=page.tenant.slug, pk=home.pk)
+    forms_ = _storage_forms(request, page, action)
+    form = forms_.get(action)
+    if form is not None and form.is_valid() and _attempt(form, lambda: SAVES[action](page, form)):
+        messages.success(request, "Saved.")
+        return redirect("frontend:storage", tenant=page.tenant.slug)
+    return render(request, "frontend/volumes.html", {"page": page, **_storage_context(page), "forms": forms_})
+
+
+def _storage_forms(request: HttpRequest, page: Page, action: str) -> dict[str, forms.Form]:
+    """Return the Storage page's forms; only the one named by `action` is bound to the post."""
+
+    def bound(name: str) -> Any:
+        return request.POST if action == name else None
+
+    tenant = page.tenant
+    initial = {
+        "storage_limit_bytes": _gib_of(tenant.storage_limit_bytes),
+        "home_limit_bytes": _gib_of(tenant.home_limit_bytes),
+    }
+    return {
+        "create": VolumeForm(bound("create"), prefix="new", project_choices=_projects()),
+        "tenant_quota": TenantStorageForm(bound("tenant_quota"), prefix="tq", initial=initial),
+        "project_quota": ProjectStorageForm(bound("project_quota"), prefix="pq", project_choices=_projects()),
+    }
+
+
+def _gib_of(size: int | None) -> Decimal | None:
+    return None if size is None else Decimal(size) / GIB
+
+
+def _create_volume(page: Page, form: forms.Form) -> Volume:
+    data = form.cleaned_data
+    project = get_object_or_404(projects_in_scope(), slug=data["project"]) if data["project"] else None
+    return volumes.create_volume(
+        actor=page.actor,
+        tenant=page.tenant,
+        kind=data["kind"],
+        name=data["name"],
+        project=project,
+        description=data["description"],
+        size_limit_bytes=_bytes(data["size_limit_bytes"]),
+    )
+
+
+def _set_tenant_quota(page: Page, form: forms.Form) -> Any:
+    data = form.cleaned_data
+    return tenant_services.update_tenant(
+        actor=page.actor,
+        tenant=page.tenant,
+        storage_limit_bytes=_bytes(data["storage_limit_bytes"]),
+        home_limit_bytes=_bytes(data["home_limit_bytes"]),
+    )
+
+
+def _set_project_quota(page: Page, form: forms.Form) -> Any:
+    project = get_object_or_404(projects_in_scope(), slug=form.cleaned_data["project"])
+    limit = _bytes(form.cleaned_data["storage_limit_bytes"])
+    return tenant_services.update_project(actor=page.actor, project=project, storage_limit_bytes=limit)
+
+
+SAVES: dict[str, Callable[[Page, Any], Any]] = {
+    "create": _create_volume,
+    "tenant_quota": _set_tenant_quota,
+    "project_quota": _set_project_quota,
+}
+
+
+def _use(used: int, limit: int | None) -> dict[str, Any]:
+    """Return a use figure for a bar: bytes used, the limit (None: none) and the percentage of it."""
+    percent = min(100, round(100 * used / limit)) if limit else (100 if limit == 0 and used else 0)
+    return {"used": used, "limit": limit, "percent": percent, "over": limit is not None and used > limit}
+
+
+def _storage_context(page: Page) -> dict[str, Any]:
+    shown = list(visible_volumes(page.actor, page.tenant))
+    rights = rights_by_volume(page.actor, page.tenant, shown)
+    all_volumes = Volume.all_tenants.filter(tenant=page.tenant)
+    used_by_project = dict(
+        all_volumes.exclude(project=None).values_list("project").annotate(total=Sum("used_bytes")).order_by()
+    )
+    tenant_used = all_volumes.aggregate(total=Sum("used_bytes"))["total"] or 0
+    projects = [
+        (p, _use(used_by_project.get(p.pk, 0), p.storage_limit_bytes)) for p in Project.objects.order_by("slug")
+    ]
+    user = page.actor.user
+    return {
+        "rows": [
+            (v, volume_files.mount_path(v), _use(v.used_bytes, v.size_limit_bytes), rights.get(v.pk)) for v in shown
+        ],
+        "tenant_use": _use(tenant_used, page.tenant.storage_limit_bytes),
+        "project_use": projects,
+        "has_home": user is not None and any(v.kind == VolumeKind.HOME and v.owner_id == user.pk for v in shown),
+    }
+
+
+# --- one volume: the file browser ------------------------------------------------------
+
+
+def _visible(page: Page, pk: int) -> tuple[Volume, Rights]:
+    volume = get_object_or_404(visible_volumes(page.actor, page.tenant), pk=pk)
+    return volume, rights_by_volume(page.actor, page.tenant, [volume])[volume.pk]
+
+
+def _folder(request: HttpRequest) -> str:
+    return (request.POST.get("folder") if request.method == "POST" else request.GET.get("path")) or ""
+
+
+def _page_number(request: HttpRequest) -> int:
+    raw = request.GET.get("page", "1")
+    return int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) <= 10**6 else 1
+
+
+@tenant_view(Role.VIEWER)
+def volume(request: HttpRequest, page: Page, pk: int) -> HttpResponse:
+    """A volume's folder `?path=`, 200 entries a page; uploads, new folders, deletes; (admins) sharing and limits."""
+    target, rights = _visible(page, pk)
+    folder = _folder(request)
+    action = request.POST.get("action", "") if request.method == "POST" else ""
+    forms_ = _volume_forms(request, target, action)
+    if action in forms_ and forms_[action].is_valid():
+        if _attempt(forms_[action], lambda: FILE_ACTIONS[action](page, target, folder, forms_[action])):
+            messages.success(request, DONE[action])
+            return _back(page, target, folder if action != "delete_volume" else None)
+    elif action and action not in forms_:
+        return HttpResponse("No such action.", status=400)
+    return render(request, "frontend/volume.html", _volume_context(request, page, target, rights, folder, forms_))
+
+
+def _volume_forms(request: HttpRequest, target: Volume, action: str) -> dict[str, forms.Form]:
+    def bound(name: str) -> Any:
+        return request.POST if action == name else None
+
+    others = [(slug, name) for slug, name in _projects() if slug != (target.project.slug if target.project else "")]
+    edit_initial = {"description": target.description, "size_limit_bytes": _gib_of(target.size_limit_bytes)}
+    return {
+        "upload": UploadForm(bound("upload"), request.FILES if action == "upload" else None, prefix="up"),
+        "folder": FolderForm(bound("folder"), prefix="dir"),
+        "delete": _PathForm(bound("delete")),
+        "share": ShareForm(bound("share"), prefix="share", project_choices=others),
+        "unshare": ShareForm(bound("unshare"), prefix="unshare", project_choices=_projects()),
+        "edit": VolumeEditForm(bound("edit"), prefix="edit", initial=edit_initial),
+        "delete_volume": forms.Form(bound("delete_volume")),
+    }
+
+
+class _PathForm(forms.Form):
+    path = forms.CharField(max_length=4096, strip=False)
+
+
+def _upload(page: Page, target: Volume, folder: str, form: forms.Form) -> int:
+    uploaded = form.cleaned_data["file"]
+    path = posixpath.join(folder, uploaded.name) if folder.strip("/") else uploaded.name
+    try:
+        return volume_files.upload_file(
+            actor=page.actor, volume=target, path=path, chunks=uploaded.chunks(CHUNK), size=uploaded.size
+        )
+    except ValidationError as error:
+        if hasattr(error, "error_dict") and "path" in error.error_dict:  # the form has no path: it is the file's
+            raise ValidationError({"file": error.error_dict["path"]}) from error
+        raise
+
+
+def _make_folder(page: Page, target: Volume, folder: str, form: forms.Form) -> None:
+    path = posixpath.join(folder, form.cleaned_data["path"]) if folder.strip("/") else form.cleaned_data["path"]
+    volume_files.make_folder(actor=page.actor, volume=target, path=path)
+
+
+def _delete(page: Page, target: Volume, folder: str, form: forms.Form) -> int:
+    return volume_files.delete_path(actor=page.actor, volume=target, path=form.cleaned_data["path"])
+
+
+def _share(page: Page, target: Volume, folder: str, form: forms.Form) -> Any:
+    project = get_object_or_404(projects_in_scope(), slug=form.cleaned_data["project"])
+    return volumes.share_volume(
+        actor=page.actor, volume=target, project=project, read_only=form.cleaned_data["read_only"]
+    )
+
+
+def _unshare(page: Page, target: Volume, folder: str, form: forms.Form) -> None:
+    project = get_object_or_404(projects_in_scope(), slug=form.cleaned_data["project"])
+    volumes.unshare_volume(actor=page.actor, volume=target, project=project)
+
+
+def _edit(page: Page, target: Volume, folder: str, form: forms.Form) -> Volume:
+    data = form.cleaned_data
+    return volumes.update_volume(
+        actor=page.actor,
+        volume=target,
+        description=data["description"],
+        size_limit_bytes=_bytes(data["size_limit_bytes"]),
+    )
+
+
+def _delete_volume(page: Page, target: Volume, folder: str, form: forms.Form) -> None:
+    volumes.delete_volume(actor=page.actor, volume=target)
+
+
+FILE_ACTIONS: dict[str, Callable[[Page, Volume, str, Any], Any]] = {
+    "upload": _upload,
+    "folder": _make_folder,
+    "delete": _delete,
+    "share": _share,
+    "unshare": _unshare,
+    "edit": _edit,
+    "delete_volume": _delete_volume,
+}
+DONE = {
+    "upload": "Uploaded.",
+    "folder": "Folder made.",
+    "delete": "Deleted.",
+    "share": "Shared.",
+    "unshare": "No longer shared.",
+    "edit": "Saved.",
+    "delete_volume": "Volume deleted.",
+}
+
+
+def _back(page: Page, target: Volume, folder: str | None) -> HttpResponse:
+    if folder is None:
+        return redirect("frontend:storage", tenant=page.tenant.slug)
+    url = reverse("frontend:volume", kwargs={"tenant": page.tenant.slug, "pk": target.pk})
+    return redirect(f"{url}?{urlencode({'path': folder})}" if folder else url)
+
+
+def _crumbs(folder: str) -> list[tuple[str, str]]:
+    parts = [part for part in folder.split("/") if part and part != "."]
+    return [(part, "/".join(parts[: i + 1])) for i, part in enumerate(parts)]
+
+
+def _volume_context(
+    request: HttpRequest, page: Page, target: Volume, rights: Rights, folder: str, forms_: dict[str, forms.Form]
+) -> dict[str, Any]:
+    number = _page_number(request)
+    entries: list[Any] = []
+    error = ""
+    if rights.read:
+        try:
+            entries = volume_files.list_files(
+                actor=page.actor, volume=target, path=folder, limit=PAGE_SIZE + 1, offset=(number - 1) * PAGE_SIZE
+            )
+        except (ValidationError, Conflict, volume_files.FileNotFound, volume_files.StorageUnavailable) as refused:
+            error = " ".join(refused.messages) if isinstance(refused, ValidationError) else str(refused)
+    rows = [
+        (entry, posixpath.join(folder, entry.name) if folder.strip("/") else entry.name,
+         datetime.fromtimestamp(entry.modified, tz=UTC))
+        for entry in entries[:PAGE_SIZE]
+    ]  # fmt: skip
+    failed = next((form for form in forms_.values() if form.is_bound and form.errors), None)
+    return {
+        "page": page,
+        "volume": target,
+        "failed": failed,
+        "rights": rights,
+        "mount_path": volume_files.mount_path(target),
+        "use": _use(target.used_bytes, target.size_limit_bytes),
+        "room": volume_files.room_for(target) if rights.write else None,
+        "folder": folder,
+        "crumbs": _crumbs(folder),
+        "rows": rows,
+        "error": error,
+        "number": number,
+        "more": len(entries) > PAGE_SIZE,
+        "forms": forms_,
+    }
+
+
+@tenant_view(Role.VIEWER)
+def download(request: HttpRequest, page: Page, pk: int) -> HttpResponse:
+    """A file of the volume, `?path=`, streamed as an attachment."""
+    target, _ = _visible(page, pk)
+    path = request.GET.get("path", "")
+    try:
+        opened, _ = volume_files.open_file(actor=page.actor, volume=target, path=path)
+    except ValidationError as refused:
+        return HttpResponse(" ".join(refused.messages), status=400, content_type="text/plain; charset=utf-8")
+    except volume_files.StorageUnavailable as refused:
+        return HttpResponse(str(refused), status=503, content_type="text/plain; charset=utf-8")
+    name = posixpath.basename(path.rstrip("/")) or "download"
+    response = FileResponse(opened, as_attachment=True, filename=name, content_type="application/octet-stream")
+    response.block_size = CHUNK
+    return response  # type: ignore[return-value]  # tenant_view types pages as HttpResponse; Django streams this alike
