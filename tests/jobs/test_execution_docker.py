@@ -185,3 +185,51 @@ def test_a_container_serving_http_is_reached_through_the_console_proxy_by_its_ow
         assert outsider.get(path).status_code == 404
     with browser(console, None) as anonymous:
         assert anonymous.get(path).status_code == 404
+
+
+def test_a_container_keeps_its_files_and_checkpoints_across_attempts_and_gets_its_own_stop_signal(
+    world: World, docker_agent: AgentConfig, test_image: str
+) -> None:
+    """Attempt 1 writes its home and checkpoint directory and is stopped with SIGUSR1 (its checkpoint cue);
+    attempt 2 of the same workload, in a fresh container, finds both, runs as the same uid, and cannot
+    write the dataset it mounts read-only."""
+    from inventory.choices import VolumeKind
+    from inventory.services.volumes import create_volume
+
+    _world(world)
+    world.pool.stop_grace_seconds = 5
+    world.pool.save()
+    create_volume(
+        actor=Actor(user=world.admin_a), tenant=world.tenant_a, kind=VolumeKind.DATASET, name="corpus",
+        project=world.project_a,
+    )  # fmt: skip
+    script = (
+        'if [ -f "$HOME/notes" ]; then echo "found $(cat $HOME/notes) $(cat $GPUCLOUD_CHECKPOINT_DIR/step)"; '
+        "echo uid $(id -u) pwd $(pwd); "
+        "touch /datasets/corpus/x 2>/dev/null && echo wrote || echo read-only; exit 0; fi; "
+        'echo hello > "$HOME/notes"; mkdir -p "$GPUCLOUD_CHECKPOINT_DIR"; '
+        "trap 'echo 41 > $GPUCLOUD_CHECKPOINT_DIR/step; echo checkpointed; exit 0' USR1; "
+        "echo up; while true; do sleep 0.1; done"
+    )
+    job = _submit(world, test_image, script, stop_signal="SIGUSR1")
+    run_pass_now()
+    job = _reached(job, WorkloadState.RUNNING)
+    assert wait_until(lambda: "up" in _log_text(world, job), timeout=30)
+    services.cancel_workload(actor=Actor(user=world.member_a), workload=job)
+    assert wait_until(lambda: "checkpointed" in _log_text(world, job), timeout=30), "SIGUSR1 was its stop signal"
+    assert wait_until(
+        lambda: not Allocation.all_tenants.filter(workload=job, released_at__isnull=True).exists(), timeout=30
+    )
+    first_uid = Replica.all_tenants.get(workload=job, attempt=1).name
+    services.restart_workload(actor=Actor(user=world.member_a), workload=job)
+    run_pass_now()
+    job = _reached(job, WorkloadState.SUCCEEDED, timeout=60)
+    home = "/home/member_a"
+    assert wait_until(lambda: any(line.startswith("found") for line in _log_text(world, job)), timeout=30)
+    lines = _log_text(world, job)
+    assert "found hello 41" in lines, lines
+    from inventory.services.mounts import uid_of
+
+    assert f"uid {uid_of(world.member_a)} pwd {home}" in lines
+    assert "read-only" in lines
+    assert first_uid != Replica.all_tenants.get(workload=job, attempt=2).name, "a fresh container"
