@@ -20,11 +20,12 @@ from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Sum
-from django.http import FileResponse, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
 
+from common.downloads import file_download
 from common.errors import Conflict
 from frontend.access import Page, tenant_view
 from frontend.forms import apply_service_errors
@@ -414,6 +415,4 @@ def download(request: HttpRequest, page: Page, pk: int) -> HttpResponse:
     except volume_files.StorageUnavailable as refused:
         return HttpResponse(str(refused), status=503, content_type="text/plain; charset=utf-8")
     name = posixpath.basename(path.rstrip("/")) or "download"
-    response = FileResponse(opened, as_attachment=True, filename=name, content_type="application/octet-stream")
-    response.block_size = CHUNK
-    return response  # type: ignore[return-value]  # tenant_view types pages as HttpResponse; Django streams this alike
+    return file_download(request, opened, filename=name, chunk=CHUNK)  # type: ignore[return-value]  # tenant_view types pages as HttpResponse; Django streams this alike

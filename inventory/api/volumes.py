@@ -29,6 +29,7 @@ from rest_framework.response import Response
 
 from common.api.errors import error_body
 from common.api.schema import SingleObjectSchema
+from common.downloads import file_download
 from inventory.api import volume_serializers as s
 from inventory.api.filters import VolumeFilter
 from inventory.models import StorageBackend, Volume, VolumeShare
@@ -255,9 +256,7 @@ class VolumeFileEndpoint(TenantViewSet):
         with _file_errors():
             opened, _ = volume_files.open_file(actor=self.actor, volume=self.get_object(), path=path)
         name = posixpath.basename(path.rstrip("/")) or "download"
-        response = FileResponse(opened, as_attachment=True, filename=name, content_type="application/octet-stream")
-        response.block_size = CHUNK
-        return response
+        return file_download(request._request, opened, filename=name, chunk=CHUNK)
 
     @extend_schema(
         parameters=[s.FilePathSerializer],
