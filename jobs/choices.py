@@ -24,6 +24,9 @@ class WorkloadState(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
     PREEMPTED = "preempted", "Preempted"
     LOST = "lost", "Lost"
+    # A notebook stopped by its owner, by idle reclaim or by preemption: it holds no GPU, its volumes keep
+    # its files, and Resume queues it again with the same settings.
+    HIBERNATED = "hibernated", "Hibernated"
 
 
 S = WorkloadState
@@ -33,15 +36,17 @@ ACTIVE_STATES: frozenset[WorkloadState] = frozenset({S.SCHEDULED, S.STARTING, S.
 TERMINAL_STATES: frozenset[WorkloadState] = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST})
 
 # The lifecycle. A preempted batch job goes back to pending (a new attempt); a
-# preempted notebook stays preempted until its owner cancels or restarts it.
+# preempted notebook, once stopped, hibernates until its owner resumes or cancels it.
 WORKLOAD_TRANSITIONS: dict[WorkloadState, frozenset[WorkloadState]] = {
     S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED}),
-    S.SCHEDULED: frozenset({S.STARTING, S.PENDING, S.PREEMPTED, S.CANCELLED, S.FAILED, S.LOST}),
+    S.SCHEDULED: frozenset({S.STARTING, S.PENDING, S.PREEMPTED, S.CANCELLED, S.FAILED, S.LOST, S.HIBERNATED}),
     # A replica can exit before its start report is processed: starting may go straight to succeeded.
-    S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST}),
+    S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST, S.HIBERNATED}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST, S.HIBERNATED}),
     # Preempted (or its node lost) and still stopping: it may also fail or be cancelled before it settles.
-    S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED}),
+    S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED, S.HIBERNATED}),
+    # Resume is a new attempt in the queue; cancelling ends it for good (its volumes stay).
+    S.HIBERNATED: frozenset({S.PENDING, S.CANCELLED}),
     # Ended workloads move only by an explicit restart: a new attempt, back in the queue.
     S.SUCCEEDED: frozenset({S.PENDING}),
     S.FAILED: frozenset({S.PENDING}),
@@ -81,6 +86,7 @@ class ReasonCode(models.TextChoices):
     POOL_CORDONED = Reason.POOL_CORDONED.value, "Pool cordoned"
     UNKNOWN_POOL = Reason.UNKNOWN_POOL.value, "Unknown pool"
     DEDICATED_POOL = Reason.DEDICATED_POOL.value, "Pool dedicated to another tenant"
+    NO_STORAGE = Reason.NO_STORAGE.value, "No node can mount its volumes"
     WAITING_FOR_FAIRER_WORK = Reason.WAITING_FOR_FAIRER_WORK.value, "Waiting behind fairer work"
     WAITING_FOR_HIGHER_PRIORITY = Reason.WAITING_FOR_HIGHER_PRIORITY.value, "Waiting behind higher-priority work"
     BEHIND_QUEUE_HEAD = Reason.BEHIND_QUEUE_HEAD.value, "Behind the head of the queue"
@@ -100,3 +106,6 @@ class ReasonCode(models.TextChoices):
     CONTAINER_VANISHED = "CONTAINER_VANISHED", "Container vanished"
     GANG_MEMBER_FAILED = "GANG_MEMBER_FAILED", "Another replica of the gang failed"
     ENGINE_LOST_RUN = "ENGINE_LOST_RUN", "The node's container engine lost track of it"
+    HIBERNATED_BY_USER = "HIBERNATED_BY_USER", "Hibernated by a user"
+    RESUMED = "RESUMED", "Resumed by a user"
+    STORAGE_UNAVAILABLE = "STORAGE_UNAVAILABLE", "Its volumes cannot be mounted"

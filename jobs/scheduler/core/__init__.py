@@ -23,6 +23,8 @@ from jobs.scheduler.core.model import (
     Waiting,
     Workload,
     WorkloadKind,
+    last_saved_at,
+    lost_work,
 )
 
 __all__ = [
@@ -42,5 +44,7 @@ __all__ = [
     "Waiting",
     "Workload",
     "WorkloadKind",
+    "last_saved_at",
+    "lost_work",
     "schedule",
 ]

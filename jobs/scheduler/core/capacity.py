@@ -19,6 +19,10 @@ nodes whole for large gangs), then to the first node by name. Stranding
 nodes are few by construction, so they are kept in a set and scored
 first; the others are scanned in best-fit order and the scan stops at the
 first free-count level where a placement strands nothing.
+
+A search may be given `excluded` node numbers (the nodes that cannot mount a
+workload's volumes, `storage.Mounts`): they are skipped like nodes without
+the CPU or memory, so the empty set of the common case costs a set lookup.
 """
 
 from __future__ import annotations
@@ -28,9 +32,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from jobs.scheduler.core.model import Node, PlacementPolicy
+from jobs.scheduler.core.storage import Mounts
 
 # A bin-packing candidate, smaller is better: (GPUs it strands, GPUs it leaves free, node number, model).
 Score = tuple[int, int, int, str]
+
+NO_NODES: frozenset[int] = frozenset()
 
 
 class NodeState:
@@ -119,8 +126,10 @@ class PoolCapacity:
         self.number_of: dict[str, int] = {}
         self.gpu_of: dict[str, tuple[int, str]] = {}
         per_gpu: list[tuple[int, int]] = []  # each GPU node's CPU and memory per healthy GPU
-        for node in sorted(nodes, key=lambda n: n.name):
+        ordered = sorted(nodes, key=lambda n: n.name)
+        for node in ordered:
             self._add_node(node, allocated, per_gpu)
+        self.mounts = Mounts(ordered)
         # The least CPU and memory a node of the pool has per GPU: less than this left per free GPU strands it.
         self.cpu_per_gpu = min((cpu for cpu, _ in per_gpu), default=0)
         self.memory_per_gpu = min((memory for _, memory in per_gpu), default=0)
@@ -188,8 +197,10 @@ class PoolCapacity:
         """Return the most GPUs of one of these models free on a single node."""
         return max((self.by_model[model].largest() for model in models), default=0)
 
-    def find(self, models: tuple[str, ...], gpus: int, cpu: int, memory: int) -> tuple[int, str] | None:
-        """Return (node number, model) of the best node for one replica, or None when no node fits.
+    def find(
+        self, models: tuple[str, ...], gpus: int, cpu: int, memory: int, excluded: frozenset[int] = NO_NODES
+    ) -> tuple[int, str] | None:
+        """Return (node number, model) of the best node but `excluded` for one replica, or None when none fits.
 
         Bin-packing takes the node where the replica strands the fewest GPUs,
         then leaves the fewest GPUs of its model free (for CPU-only work: the
@@ -197,18 +208,20 @@ class PoolCapacity:
         GPUs. Ties go to the first node by name.
         """
         if self.spread:
-            return self._find_spread(models, gpus, cpu, memory)
-        best = self._best_stranding(models, gpus, cpu, memory) if self.stranding else None
+            return self._find_spread(models, gpus, cpu, memory, excluded)
+        best = self._best_stranding(models, gpus, cpu, memory, excluded) if self.stranding else None
         if gpus == 0:
-            return self._scan([(self.by_total.buckets, "")], 0, cpu, memory, best)
-        return self._scan([(self.by_model[m].buckets, m) for m in models], gpus, cpu, memory, best)
+            return self._scan([(self.by_total.buckets, "")], 0, cpu, memory, best, excluded)
+        return self._scan([(self.by_model[m].buckets, m) for m in models], gpus, cpu, memory, best, excluded)
 
-    def _best_stranding(self, models: tuple[str, ...], gpus: int, cpu: int, memory: int) -> Score | None:
+    def _best_stranding(
+        self, models: tuple[str, ...], gpus: int, cpu: int, memory: int, excluded: frozenset[int]
+    ) -> Score | None:
         """Return the best score among nodes that strand GPUs now (where a placement may also un-strand some)."""
         best: Score | None = None
         for number in self.stranding:
             node = self.nodes[number]
-            if node.cpu < cpu or node.memory < memory:
+            if node.cpu < cpu or node.memory < memory or number in excluded:
                 continue
             for model in models if gpus else ("",):
                 left = len(node.free.get(model, ())) - gpus if gpus else node.free_count
@@ -219,7 +232,13 @@ class PoolCapacity:
         return best
 
     def _scan(
-        self, sources: list[tuple[list[list[int]], str]], gpus: int, cpu: int, memory: int, best: Score | None
+        self,
+        sources: list[tuple[list[list[int]], str]],
+        gpus: int,
+        cpu: int,
+        memory: int,
+        best: Score | None,
+        excluded: frozenset[int],
     ) -> tuple[int, str] | None:
         """Scan the nodes that strand nothing yet, fewest GPUs left free first, keeping the best score.
 
@@ -243,7 +262,7 @@ class PoolCapacity:
                     if found and b_strands <= 0 and (b_strands < 0 or b_left < left or b_number <= number):
                         break  # nothing further in this bucket scores better
                     node = nodes[number]
-                    if node.cpu < cpu or node.memory < memory or number in stranding:
+                    if node.cpu < cpu or node.memory < memory or number in stranding or number in excluded:
                         continue
                     # The node strands nothing now, so what it would strand is the whole difference.
                     strands = self._stranded(node.free_count - gpus, node.cpu - cpu, node.memory - memory)
@@ -275,9 +294,11 @@ class PoolCapacity:
         else:
             self.stranding.discard(node.number)
 
-    def _find_spread(self, models: tuple[str, ...], gpus: int, cpu: int, memory: int) -> tuple[int, str] | None:
+    def _find_spread(
+        self, models: tuple[str, ...], gpus: int, cpu: int, memory: int, excluded: frozenset[int]
+    ) -> tuple[int, str] | None:
         if gpus == 0:
-            return self._find_cpu_only(cpu, memory)
+            return self._find_cpu_only(cpu, memory, excluded)
         nodes = self.nodes
         best: tuple[int, str] | None = None
         counts = range(gpus, max((len(self.by_model[m].buckets) for m in models), default=0))
@@ -290,20 +311,20 @@ class PoolCapacity:
                     if best is not None and number >= best[0]:
                         break
                     node = nodes[number]
-                    if node.cpu >= cpu and node.memory >= memory:
+                    if node.cpu >= cpu and node.memory >= memory and number not in excluded:
                         best = (number, model)
                         break
             if best is not None:
                 return best
         return None
 
-    def _find_cpu_only(self, cpu: int, memory: int) -> tuple[int, str] | None:
+    def _find_cpu_only(self, cpu: int, memory: int, excluded: frozenset[int]) -> tuple[int, str] | None:
         # Spread: CPU-only work goes where the most GPUs are free.
         buckets = self.by_total.buckets
         for count in reversed(range(len(buckets))):
             for number in buckets[count]:
                 node = self.nodes[number]
-                if node.cpu >= cpu and node.memory >= memory:
+                if node.cpu >= cpu and node.memory >= memory and number not in excluded:
                     return (number, "")
         return None
 
@@ -348,11 +369,19 @@ class PoolCapacity:
         self.free_by_model[model] = self.free_by_model.get(model, 0) + len(free) - old
         self.by_total.move(node.number, old_total, node.free_count)
 
-    def place_gang(self, models: tuple[str, ...], gpus: int, replicas: int, cpu: int, memory: int) -> list[Take] | None:
-        """Place every replica or none: return what was taken, or None (with nothing taken) when one does not fit."""
+    def place_gang(
+        self,
+        models: tuple[str, ...],
+        gpus: int,
+        replicas: int,
+        cpu: int,
+        memory: int,
+        excluded: frozenset[int] = NO_NODES,
+    ) -> list[Take] | None:
+        """Place every replica or none, never on `excluded` nodes: return what was taken, or None (nothing taken)."""
         taken: list[Take] = []
         for _ in range(replicas):
-            found = self.find(models, gpus, cpu, memory)
+            found = self.find(models, gpus, cpu, memory, excluded)
             if found is None:
                 for take in reversed(taken):
                     self.give(take)

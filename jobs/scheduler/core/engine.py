@@ -7,6 +7,8 @@ project furthest below its own, and inside that the workload with the highest
 priority, then the earliest submission, then the smallest id. A workload that
 does not fit is skipped, not waited for, so idle GPUs are never held back;
 the FIFO ordering (a baseline) stops at the first workload that does not fit.
+A workload that mounts volumes is only searched for on the nodes that can
+mount them (`storage.py`).
 """
 
 from __future__ import annotations
@@ -24,11 +26,17 @@ from jobs.scheduler.core.state import PassState, project_key
 
 # Reasons about the pool's free capacity: the ones a hint ("would start now ...") can help with.
 _CAPACITY_REASONS = frozenset(
-    {Reason.NO_CAPACITY, Reason.NO_CAPACITY_FOR_MODEL, Reason.GANG_CANNOT_FIT, Reason.WAITING_FOR_FAIRER_WORK}
+    {
+        Reason.NO_CAPACITY,
+        Reason.NO_CAPACITY_FOR_MODEL,
+        Reason.GANG_CANNOT_FIT,
+        Reason.WAITING_FOR_FAIRER_WORK,
+        Reason.NO_STORAGE,
+    }
 )
 
-# What identifies a request for capacity: accepted models, GPUs per replica, replicas, CPU, memory.
-Shape = tuple[tuple[str, ...], int, int, int, int]
+# What identifies a request for capacity: accepted models, GPUs per replica, replicas, CPU, memory, storage.
+Shape = tuple[tuple[str, ...], int, int, int, int, frozenset[str]]
 
 # A heap entry: (usage / fair share, -priority, submitted_at, id) of the owner's best workload, it, and the owner.
 Rank = tuple[float, int, float, str, Workload, str]
@@ -67,13 +75,13 @@ def _explain(state: PassState, waiting: list[tuple[Workload, Reason, str, int]])
     hints = Hints(state)
     explained: dict[str, Waiting] = {}
     for workload, reason, detail, position in waiting:
-        found = hints.hint(workload) if reason in _CAPACITY_REASONS else None
+        found = hints.hint(workload, reason) if reason in _CAPACITY_REASONS else None
         explained[workload.id] = Waiting(reason, message(reason, workload, detail), position, found)
     return explained
 
 
 def _shape(workload: Workload, models: tuple[str, ...]) -> Shape:
-    return (models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib)
+    return (models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib, workload.storage)
 
 
 def _sort_key(workload: Workload) -> tuple[int, float, str]:
@@ -212,7 +220,10 @@ class _PoolPass:
             capacity.free_gpus(models) < workload.total_gpus or capacity.largest_free(models) < workload.gpus
         ):
             return None  # counts alone rule it out: no search
-        return capacity.place_gang(models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib)
+        excluded = capacity.mounts.excluded(workload.storage)
+        return capacity.place_gang(
+            models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib, excluded
+        )
 
     def _preempt_for(self, workload: Workload, models: tuple[str, ...], shape: Shape) -> list[Take] | None:
         if not self.running or not workload.gpus or self.capacity is None:
@@ -240,7 +251,7 @@ class _PoolPass:
             initially = bool(workload.gpus) and self.capacity.initially_fits(models, workload.gpus, workload.replicas)
             cached = self.reasons[key] = (capacity_reason(self.capacity, workload, models), initially)
         reason, initially = cached
-        if reason is Reason.NO_CAPACITY_FOR_MODEL or not initially or not self.placed:
+        if reason in (Reason.NO_CAPACITY_FOR_MODEL, Reason.NO_STORAGE) or not initially or not self.placed:
             return reason
         if self.state.config.ordering is Ordering.FIFO:
             return reason

@@ -19,6 +19,15 @@ def _models(workload: Workload) -> str:
     return " or ".join(sorted(workload.models)) if workload.models else "any model"
 
 
+def _free_for(capacity: PoolCapacity, workload: Workload, models: tuple[str, ...]) -> tuple[int, int]:
+    """Return (free GPUs of `models` in all, most on one node) on the nodes that can mount the workload's volumes."""
+    excluded = capacity.mounts.excluded(workload.storage)
+    if not excluded:
+        return capacity.free_gpus(models), capacity.largest_free(models)
+    counts = [len(node.free.get(m, ())) for node in capacity.nodes if node.number not in excluded for m in models]
+    return sum(counts), max(counts, default=0)
+
+
 def quota_message(state: PassState, workload: Workload) -> str | None:
     """Return why the workload would break its tenant's or project's limit, or None when it would not."""
     gpus = workload.total_gpus
@@ -63,19 +72,30 @@ def message(reason: Reason, workload: Workload, detail: str = "") -> str:
             f"Higher-priority work of project {workload.project} took the free GPUs of pool {pool} first."
         ),
         Reason.BEHIND_QUEUE_HEAD: f"Waiting in first-in, first-out order behind {detail} in pool {pool}.",
+        Reason.NO_STORAGE: (
+            f"None of the nodes of pool {pool} that could hold {asks} can mount its volumes "
+            f"(backends: {', '.join(sorted(workload.storage))})."
+        ),
     }
     return sentences.get(reason, reason.value)
 
 
 def capacity_reason(capacity: PoolCapacity, workload: Workload, models: tuple[str, ...]) -> Reason:
-    """Return why a workload that passed its quota does not fit in its pool's free capacity."""
+    """Return why a workload that passed its quota does not fit in its pool's free capacity.
+
+    The pool's GPU models come first (NO_CAPACITY_FOR_MODEL), then the nodes
+    that can mount its volumes (NO_STORAGE: those could never hold it), then
+    what is free on those nodes now.
+    """
     if workload.gpus == 0:
-        return Reason.NO_CAPACITY
+        return Reason.NO_STORAGE if capacity.mounts.never_holds(workload, models) else Reason.NO_CAPACITY
     if not models or max(capacity.largest_node_by_model.get(m, 0) for m in models) < workload.gpus:
         return Reason.NO_CAPACITY_FOR_MODEL
     if sum(capacity.capacity_by_model.get(m, 0) for m in models) < workload.total_gpus:
         return Reason.NO_CAPACITY_FOR_MODEL
-    if workload.total_gpus > 1 and capacity.free_gpus(models) >= workload.total_gpus:
+    if capacity.mounts.never_holds(workload, models):
+        return Reason.NO_STORAGE
+    if workload.total_gpus > 1 and _free_for(capacity, workload, models)[0] >= workload.total_gpus:
         return Reason.GANG_CANNOT_FIT
     return Reason.NO_CAPACITY
 
@@ -90,45 +110,55 @@ class Hints:
 
     def __init__(self, state: PassState) -> None:
         self.state = state
-        self._fits: dict[tuple[str, tuple[tuple[str, ...], int, int, int, int]], bool] = {}
+        self._fits: dict[tuple[str, tuple[tuple[str, ...], int, int, int, int, frozenset[str]]], bool] = {}
 
-    def hint(self, workload: Workload) -> str | None:
-        """Return "would start now in pool <name>" or "... with <n> GPUs" when that is true now; None otherwise.
+    def hint(self, workload: Workload, reason: Reason) -> str | None:
+        """Return "would start now in pool <name>", "... with <n> GPUs" or which backends it could use; else None.
 
         Another pool qualifies when the workload's tenant may use it (not
         dedicated to another tenant, not cordoned, a tenant quota there and
         room under both the tenant's and the project's limit), some GPU model
         there is one the workload accepts, and the whole gang fits its free
-        capacity as this pass leaves it. Pools are tried by name; failing
-        that, a single replica that asks for more GPUs than any node has free
-        is told how many it could have now.
+        capacity as this pass leaves it, on nodes that can mount its volumes.
+        Pools are tried by name. Failing that, a workload waiting for
+        NO_STORAGE is told which backends the nodes of its pool that could
+        hold it can mount; a single replica that asks for more GPUs than any
+        node (that can mount its volumes) has free is told how many it could
+        have now.
         """
         for name, capacity in self.state.capacity.items():
             if name != workload.pool and may_use(self.state, workload, name) and self._fits_in(capacity, workload):
                 return f"would start now in pool {name}"
         own = self.state.capacity.get(workload.pool)
+        if own is not None and reason is Reason.NO_STORAGE:
+            backends = own.mounts.backends_for(workload, own.accepted(workload.models))
+            return f"nodes of pool {workload.pool} that could hold it mount {', '.join(backends)}" if backends else None
         if own is None or workload.replicas != 1 or workload.gpus <= 1:
             return None
-        fewer = own.largest_free(own.accepted(workload.models))
+        fewer = _free_for(own, workload, own.accepted(workload.models))[1]
         if 0 < fewer < workload.gpus:
             return f"would start now with {fewer} GPU{'s' if fewer != 1 else ''}"
         return None
 
     def _fits_in(self, capacity: PoolCapacity, workload: Workload) -> bool:
         models = capacity.accepted(workload.models)
-        key = (capacity.name, (models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib))
+        shape = (models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib, workload.storage)
+        key = (capacity.name, shape)
         if key not in self._fits:
             self._fits[key] = _fits_now(capacity, models, workload)
         return self._fits[key]
 
 
 def _fits_now(capacity: PoolCapacity, models: tuple[str, ...], workload: Workload) -> bool:
-    """Return whether the whole gang fits the pool's free capacity now; nothing stays taken."""
+    """Return whether the whole gang fits free capacity now, on nodes that mount its volumes; nothing stays taken."""
     if workload.gpus and (
         not models or capacity.free_gpus(models) < workload.total_gpus or capacity.largest_free(models) < workload.gpus
     ):
         return False  # counts alone rule it out: no search
-    takes = capacity.place_gang(models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib)
+    excluded = capacity.mounts.excluded(workload.storage)
+    takes = capacity.place_gang(
+        models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib, excluded
+    )
     for take in reversed(takes or ()):
         capacity.give(take)
     return takes is not None

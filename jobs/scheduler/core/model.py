@@ -3,6 +3,11 @@
 Everything here is immutable and holds only plain values, so a snapshot can be
 logged, replayed and compared; the same snapshot always yields the same
 decisions.
+
+`lost_work` is the one definition of what a preemption costs: the GPU-seconds
+of progress since the victim's last checkpoint in its current attempt (since
+its start when it has none). Reclaim orders victims by it and reports it on
+each `Preemption`; the simulator charges it to the preempted job.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class Reason(StrEnum):
     WAITING_FOR_FAIRER_WORK = "WAITING_FOR_FAIRER_WORK"
     WAITING_FOR_HIGHER_PRIORITY = "WAITING_FOR_HIGHER_PRIORITY"
     BEHIND_QUEUE_HEAD = "BEHIND_QUEUE_HEAD"
+    NO_STORAGE = "NO_STORAGE"
     # Preemption reasons.
     RECLAIM_GUARANTEE = "RECLAIM_GUARANTEE"
     PRIORITY = "PRIORITY"
@@ -85,6 +91,8 @@ class Node:
     gpus: tuple[Gpu, ...] = ()
     # False for cordoned, draining or unhealthy nodes: nothing new lands on them.
     schedulable: bool = True
+    # Storage backends whose volumes it can mount; None: any (simulated and legacy nodes).
+    storage: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +130,12 @@ class ReplicaAllocation:
 class Workload:
     """A batch job or notebook; a gang of `replicas` replicas, each needing `gpus` GPUs, CPU and memory.
 
-    `models` lists acceptable GPU models (empty: any). Pending workloads have no
-    `allocation`; running ones hold one `ReplicaAllocation` per replica and a
-    `started_at`.
+    `models` lists acceptable GPU models (empty: any). `storage` names the
+    storage backends of the volumes it mounts: it goes only to nodes that can
+    mount all of them. Pending workloads have no `allocation`; running ones
+    hold one `ReplicaAllocation` per replica and a `started_at`, and
+    `checkpointed_at` is the time of their latest checkpoint in this attempt
+    (None: none yet), on the same clock as `started_at` and `Snapshot.now`.
     """
 
     id: str
@@ -141,11 +152,33 @@ class Workload:
     memory_mib: int = 0
     started_at: float | None = None
     allocation: tuple[ReplicaAllocation, ...] = ()
+    storage: frozenset[str] = frozenset()
+    checkpointed_at: float | None = None
 
     @property
     def total_gpus(self) -> int:
         """Return the GPUs the whole gang holds or asks for."""
         return self.gpus * self.replicas
+
+
+def last_saved_at(workload: Workload) -> float | None:
+    """Return when a running workload's progress was last saved: its latest checkpoint of this attempt, else its start.
+
+    A checkpoint older than the start belongs to an earlier attempt and is
+    ignored; None for a workload that is not running.
+    """
+    started, checkpointed = workload.started_at, workload.checkpointed_at
+    if started is None or checkpointed is None or checkpointed < started:
+        return started
+    return checkpointed
+
+
+def lost_work(workload: Workload, now: float) -> float:
+    """Return the GPU-seconds a preemption at `now` throws away: total GPUs x (now - last save), never negative."""
+    saved = last_saved_at(workload)
+    if saved is None:
+        return 0.0
+    return workload.total_gpus * max(0.0, now - saved)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +188,8 @@ class SchedulerConfig:
     ordering: Ordering = Ordering.FAIRSHARE
     min_runtime_s: float = 600.0
     preemption: bool = True
+    # Among equal victims, prefer the one whose progress was saved last (the least work lost); off: the newest.
+    checkpoint_aware: bool = True
     # The simulator turns explanations off: it needs decisions, not sentences, thousands of times.
     explain: bool = True
 
@@ -175,11 +210,12 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
-    """A running workload to stop, why, and for which pending workload."""
+    """A running workload to stop, why, for which pending workload, and the GPU-seconds of progress it loses."""
 
     victim: str
     reason: Reason
     for_workload: str
+    lost_gpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,17 @@
 """Making room by preemption: reclaiming guarantees from borrowers, and priority inside a project.
 
-Victims are ordered lowest-priority and newest first. For each replica of the
-claimant, the node where making room frees the fewest GPUs is chosen; if that
-does not work out (CPU, memory, a limit), victims are added in order until
-the claimant fits. Then each chosen victim is given back its place, largest
-first, whenever the claimant still fits without it: a minimal set (no single
-victim can be spared), not always the global minimum.
+Who may lose work, and in which order, is `victims.py`. Here: for each
+replica of the claimant, the node where making room frees the fewest GPUs is
+chosen (only nodes that can mount the claimant's volumes); of nodes that cost
+as much, the first by name, or, once some running workload of the pool has
+checkpointed (and `SchedulerConfig.checkpoint_aware` is on), the one whose
+victims lose the least work (`model.lost_work`). If that does not work out
+(CPU, memory, a limit), victims are added in victim order until the claimant
+fits. Then each chosen victim is given back its place, largest first (of
+victims as large, the one that would lose the most work first, when
+checkpoints count), whenever the claimant still fits without it: a minimal
+set (no single victim can be spared), not always the global minimum. Each
+`Preemption` carries the victim's lost work at `now`.
 
 Preemption is rare and a loaded cluster runs thousands of workloads, so
 nothing here is built before a pass first needs it, and owners that cannot
@@ -17,11 +23,16 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from jobs.scheduler.core.capacity import PoolCapacity, Take
-from jobs.scheduler.core.model import Preemption, Reason, Workload, WorkloadKind
-from jobs.scheduler.core.state import PassState, project_key, tenant_key
-
-_EPSILON = 1e-9
+from jobs.scheduler.core.capacity import NO_NODES, PoolCapacity, Take
+from jobs.scheduler.core.model import Preemption, Reason, Workload, last_saved_at, lost_work
+from jobs.scheduler.core.state import PassState
+from jobs.scheduler.core.victims import (
+    newest_first,
+    owner_above_fair_share,
+    preemption_reason,
+    victim_order,
+    within_limits,
+)
 
 Chosen = list[tuple["Victim", Reason]]
 
@@ -34,17 +45,13 @@ class Victim:
     takes: tuple[Take, ...]
 
 
-def victim_order(workload: Workload) -> tuple[int, float, str]:
-    """Return the sort key putting the lowest-priority, newest workloads first."""
-    return (workload.priority, -(workload.started_at or 0.0), workload.id)
-
-
 class Reclaimer:
     """Preemption in one pool for one pass: its running workloads, indexed by node on first use."""
 
     def __init__(self, state: PassState, capacity: PoolCapacity, running: list[Workload]) -> None:
         self.state = state
         self.capacity = capacity
+        self.order = victim_order if state.config.checkpoint_aware else newest_first
         oldest = state.now - state.config.min_runtime_s
         # Too young to preempt now stays too young for the whole pass.
         self.running = [w for w in running if w.started_at is not None and w.started_at <= oldest]
@@ -54,17 +61,21 @@ class Reclaimer:
             key = (workload.tenant, workload.project)
             if key not in self.owners or workload.priority < self.owners[key][0]:
                 self.owners[key] = (workload.priority, workload)
+        # Whether victims' lost work breaks ties between nodes: checkpoint-aware, and some workload has checkpointed.
+        # Without checkpoints lost work only restates newest first, and the first cheapest node is taken as before.
+        self.weigh_lost = state.config.checkpoint_aware and any(last_saved_at(w) != w.started_at for w in self.running)
         self._ordered: list[Workload] | None = None
         self._on_node: dict[str, list[Workload]] | None = None
         self._sorted_nodes: set[str] = set()
         self._victims: dict[str, Victim] = {}
         self.losing: set[tuple[str, str]] = set()
+        self.excluded = NO_NODES  # nodes that cannot mount the current claimant's volumes
 
     @property
     def ordered(self) -> list[Workload]:
         """Return every preemptible-by-age workload of the pool in victim order."""
         if self._ordered is None:
-            self._ordered = sorted(self.running, key=victim_order)
+            self._ordered = sorted(self.running, key=self.order)
         return self._ordered
 
     def on_node(self, name: str) -> list[Workload]:
@@ -85,7 +96,7 @@ class Reclaimer:
         if workloads is None:
             return []
         if name not in self._sorted_nodes:
-            workloads.sort(key=victim_order)
+            workloads.sort(key=self.order)
             self._sorted_nodes.add(name)
         return workloads
 
@@ -122,7 +133,7 @@ class Reclaimer:
             if tenant == claimant.tenant and project == claimant.project:
                 if lowest < claimant.priority:
                     owners.add((tenant, project))
-            elif within and _owner_above_fair_share(state, claimant, workload):
+            elif within and owner_above_fair_share(state, claimant, workload):
                 owners.add((tenant, project))
         return owners
 
@@ -131,6 +142,7 @@ class Reclaimer:
         self.losing = self.losing_owners(claimant)
         if not self.losing:
             return None
+        self.excluded = self.capacity.mounts.excluded(claimant.storage)
         chosen = self._node_by_node(claimant, models)
         if chosen is None:
             return None  # no node can be freed for some replica: more victims in any order would not help
@@ -141,9 +153,10 @@ class Reclaimer:
         state = self.state
         for victim, reason in chosen:
             state.preempted.add(victim.workload.id)
-            state.preemptions.append(Preemption(victim.workload.id, reason, claimant.id))
+            lost = lost_work(victim.workload, state.now)
+            state.preemptions.append(Preemption(victim.workload.id, reason, claimant.id, lost))
         return self.capacity.place_gang(
-            models, claimant.gpus, claimant.replicas, claimant.cpu_milli, claimant.memory_mib
+            models, claimant.gpus, claimant.replicas, claimant.cpu_milli, claimant.memory_mib, self.excluded
         )
 
     def _node_by_node(self, claimant: Workload, models: tuple[str, ...]) -> Chosen | None:
@@ -171,10 +184,21 @@ class Reclaimer:
     def _cheapest_node(
         self, claimant: Workload, models: tuple[str, ...], reserved: dict[tuple[int, str], int]
     ) -> tuple[int, int, str, Chosen] | None:
-        """Return (GPUs freed, node, model, victims) of the node where one replica costs least; None if none can."""
+        """Return (GPUs freed, node, model, victims) of the node where one replica costs least; None if none can.
+
+        Nodes are scanned by name, keeping the cheapest (GPUs, then victims);
+        the scan stops at the first node that becomes the cheapest while
+        freeing no more GPUs than it misses (`settled`). When checkpoints count
+        (`weigh_lost`), a node that costs the same as the one kept replaces it
+        if its victims lose less work (once settled, only a node that also
+        frees no more than it misses), so the scan goes on to the end.
+        """
         best: tuple[int, int, str, Chosen] | None = None
+        best_lost, settled, weigh = 0.0, False, self.weigh_lost
         for node in self.capacity.nodes:
             number = node.number
+            if number in self.excluded:
+                continue
             cpu = claimant.cpu_milli * (1 + reserved.get((number, ""), 0)) - node.cpu
             memory = claimant.memory_mib * (1 + reserved.get((number, ""), 0)) - node.memory
             for model in models:
@@ -190,10 +214,15 @@ class Reclaimer:
                 if picked is None:
                     continue
                 cost = sum(victim.workload.total_gpus for victim, _ in picked)
-                if best is None or (cost, len(picked)) < (best[0], len(best[3])):
-                    best = (cost, number, model, picked)
-                    if cost == max(need, 0):
-                        return best  # nothing frees fewer GPUs than are missing
+                exact = cost == max(need, 0)  # nothing frees fewer GPUs than are missing
+                lost = self._lost(picked) if weigh else 0.0
+                key = (cost, len(picked))
+                if best is None or (not settled and key < (best[0], len(best[3]))):
+                    best, best_lost, settled = (cost, number, model, picked), lost, exact
+                elif weigh and key == (best[0], len(best[3])) and lost < best_lost and (exact or not settled):
+                    best, best_lost = (cost, number, model, picked), lost  # as cheap, and loses less
+                if settled and best_lost == 0.0:
+                    return best  # nothing loses less
         return best
 
     def _victims_freeing(
@@ -240,7 +269,8 @@ class Reclaimer:
             if reason is None:
                 continue
             victim = self.victim(workload)
-            if claimant.gpus and not any(take.model in wanted for take in victim.takes):
+            takes = [take for take in victim.takes if take.node not in self.excluded]
+            if not takes or (claimant.gpus and not any(take.model in wanted for take in takes)):
                 continue  # frees nothing the claimant could use
             self._release(victim)
             chosen.append((victim, reason))
@@ -252,7 +282,16 @@ class Reclaimer:
     def _prune(self, claimant: Workload, models: tuple[str, ...], chosen: Chosen) -> Chosen:
         """Give back its place to every chosen victim the claimant fits without, largest first; return the rest."""
         kept = list(chosen)
-        for item in sorted(chosen, key=lambda c: (-c[0].workload.total_gpus, c[0].workload.id)):
+        now, weigh = self.state.now, self.weigh_lost
+        # Of victims as large, the one that would lose the most work is given back first.
+        for item in sorted(
+            chosen,
+            key=lambda c: (
+                -c[0].workload.total_gpus,
+                -lost_work(c[0].workload, now) if weigh else 0.0,
+                c[0].workload.id,
+            ),
+        ):
             self._restore(item[0])
             if self._fits(claimant, models):
                 kept.remove(item)
@@ -264,12 +303,18 @@ class Reclaimer:
         if not within_limits(self.state, claimant):
             return False
         capacity = self.capacity
-        takes = capacity.place_gang(models, claimant.gpus, claimant.replicas, claimant.cpu_milli, claimant.memory_mib)
+        takes = capacity.place_gang(
+            models, claimant.gpus, claimant.replicas, claimant.cpu_milli, claimant.memory_mib, self.excluded
+        )
         if takes is None:
             return False
         for take in reversed(takes):
             capacity.give(take)
         return True
+
+    def _lost(self, chosen: Chosen) -> float:
+        """Return the GPU-seconds the chosen victims would lose now."""
+        return sum(lost_work(victim.workload, self.state.now) for victim, _ in chosen)
 
     def _release(self, victim: Victim) -> None:
         for take in victim.takes:
@@ -296,46 +341,3 @@ def _frees(victim: Victim, node: int, model: str) -> tuple[int, int, int]:
         sum(take.cpu for take in takes),
         sum(take.memory for take in takes),
     )
-
-
-def preemption_reason(state: PassState, claimant: Workload, victim: Workload) -> Reason | None:
-    """Return why `victim` may be preempted for `claimant` now, or None when it may not."""
-    if victim.id in state.preempted or victim.started_at is None:
-        return None
-    if state.now - victim.started_at < state.config.min_runtime_s or _protected_notebook(state, victim):
-        return None
-    if victim.tenant == claimant.tenant and victim.project == claimant.project:
-        return Reason.PRIORITY if victim.priority < claimant.priority else None
-    if not _owner_above_fair_share(state, claimant, victim) or not state.within_guarantee(claimant):
-        return None
-    if victim.tenant != claimant.tenant:
-        key = tenant_key(victim)
-        usage, quota = state.tenant_usage[key], state.tenant_quota(key)
-    else:
-        pkey = project_key(victim)
-        usage, quota = state.project_usage[pkey], state.project_quota(pkey)
-    # Only owners above their fair share lose work, and never below their own guarantee.
-    return Reason.RECLAIM_GUARANTEE if usage - victim.total_gpus >= quota.guaranteed else None
-
-
-def _owner_above_fair_share(state: PassState, claimant: Workload, victim: Workload) -> bool:
-    """Return whether the victim's owner (another tenant, or a sibling project) is above its fair share."""
-    if victim.tenant != claimant.tenant:
-        key = tenant_key(victim)
-        return state.tenant_usage[key] > state.tenant_fair.get(key, 0.0) + _EPSILON
-    pkey = project_key(victim)
-    return state.project_usage[pkey] > state.project_fair.get(pkey, 0.0) + _EPSILON
-
-
-def within_limits(state: PassState, workload: Workload) -> bool:
-    """Return whether placing the workload keeps its tenant and project within their limits."""
-    tenant, project = tenant_key(workload), project_key(workload)
-    return (
-        state.tenant_usage[tenant] + workload.total_gpus <= state.tenant_quota(tenant).limit
-        and state.project_usage[project] + workload.total_gpus <= state.project_quota(project).limit
-    )
-
-
-def _protected_notebook(state: PassState, victim: Workload) -> bool:
-    key = project_key(victim)
-    return victim.kind is WorkloadKind.NOTEBOOK and state.project_usage[key] <= state.project_quota(key).guaranteed

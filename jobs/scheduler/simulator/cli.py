@@ -24,6 +24,30 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--limit-jobs", type=int, help="replay only the first N jobs (by arrival)")
     p.add_argument("--min-runtime", type=float, default=600.0, help="seconds before a job may be preempted")
     p.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="seconds between a job's checkpoints unless its trace says (default 0: never checkpoints)",
+    )
+    p.add_argument(
+        "--restart-overhead",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="run time a preempted job pays again when it restarts (default 60)",
+    )
+    p.add_argument(
+        "--plain-victims",
+        action="store_true",
+        help="choose preemption victims newest first, ignoring checkpoints (SchedulerConfig.checkpoint_aware off)",
+    )
+    p.add_argument(
+        "--lossless-preemption",
+        action="store_true",
+        help="the model before: a preempted job keeps all its progress and restarts at no cost",
+    )
+    p.add_argument(
         "--quota",
         action="append",
         default=[],
@@ -52,6 +76,22 @@ def quotas(
     return final, tuple(ProjectQuota(q.tenant, q.tenant, POOL, q.guaranteed, q.limit, 1.0) for q in final)
 
 
+def run_settings(
+    args: argparse.Namespace, tenant_quotas: tuple[TenantQuota, ...], project_quotas: tuple[ProjectQuota, ...]
+) -> Settings:
+    """Return the simulation settings the parsed arguments ask for."""
+    return Settings(
+        Ordering(args.policy),
+        tenant_quotas,
+        project_quotas,
+        args.min_runtime,
+        checkpoint_interval_s=args.checkpoint_interval,
+        restart_overhead_s=args.restart_overhead,
+        checkpoint_aware=not args.plain_victims,
+        lossless_preemption=args.lossless_preemption,
+    )
+
+
 def main(argv: list[str]) -> int:
     """Run a simulation as the arguments say, print its metrics as JSON; return the exit status."""
     args = parser().parse_args(argv)
@@ -62,9 +102,20 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as error:
         print(f"simulate: {error}", file=sys.stderr)
         return 2
-    settings = Settings(Ordering(args.policy), tenant_quotas, project_quotas, args.min_runtime)
-    result = simulate(trace, settings)
-    summary = {"trace": trace.name, "policy": args.policy, "min_runtime_s": args.min_runtime, **result.summary}
+    if args.checkpoint_interval < 0 or args.restart_overhead < 0:
+        print("simulate: --checkpoint-interval and --restart-overhead must not be negative", file=sys.stderr)
+        return 2
+    result = simulate(trace, run_settings(args, tenant_quotas, project_quotas))
+    summary = {
+        "trace": trace.name,
+        "policy": args.policy,
+        "min_runtime_s": args.min_runtime,
+        "checkpoint_interval_s": args.checkpoint_interval,
+        "restart_overhead_s": args.restart_overhead,
+        "victims": "newest_first" if args.plain_victims else "checkpoint_aware",
+        "lossless_preemption": args.lossless_preemption,
+        **result.summary,
+    }
     text = json.dumps(summary, indent=2)
     print(text)
     if args.json:

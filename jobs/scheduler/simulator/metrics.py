@@ -3,7 +3,8 @@
 Definitions (stated so that they can be argued with, not tuned):
 - completion time (JCT): finish - submission;
 - queueing delay: JCT - the job's run time, i.e. all the time it was not
-  running (before its first start and after any preemption);
+  running (before its first start and after any preemption) plus the time
+  it spent redoing work lost to preemption and restarting;
 - GPU allocation: allocated GPUs / cluster GPUs, averaged over time from the
   first arrival to the last event;
 - fair share of a tenant at an instant: water-filling of the cluster over the
@@ -15,7 +16,11 @@ Definitions (stated so that they can be argued with, not tuned):
   entitlement;
 - quota violations: (pass, owner) pairs holding more GPUs than their limit,
   plus any GPU held by two workloads at once, counted from the simulator's
-  own books after every pass, not from the core's.
+  own books after every pass, not from the core's;
+- GPU-hours lost to preemption: for every preemption, the victim's GPUs x
+  (its run time since its latest checkpoint of the attempt, the progress
+  it must redo, + the restart overhead it pays when it starts again),
+  reported as both parts and their sum.
 """
 
 from __future__ import annotations
@@ -87,6 +92,8 @@ class Recorder:
         self.tenants = sorted({job.tenant for job in jobs.values()})
         self.finished_at: dict[str, float] = {}
         self.preemptions = 0
+        self.lost_progress_gpu_s = 0.0
+        self.restart_gpu_s = 0.0
         self.violations = 0
         self.series = Series()
         self.first_time: float | None = None
@@ -105,9 +112,11 @@ class Recorder:
     def started(self, job_id: str, now: float) -> None:
         """Note a start (nothing to keep: waiting is derived from completion time and run time)."""
 
-    def preempted(self, job_id: str, now: float) -> None:
-        """Count a preemption."""
+    def preempted(self, job_id: str, now: float, lost_gpu_s: float = 0.0, restart_gpu_s: float = 0.0) -> None:
+        """Count a preemption and the GPU-seconds of progress and of restart overhead it costs."""
         self.preemptions += 1
+        self.lost_progress_gpu_s += lost_gpu_s
+        self.restart_gpu_s += restart_gpu_s
 
     def finished(self, job_id: str, now: float) -> None:
         """Note a completion."""
@@ -165,6 +174,9 @@ class Recorder:
             "gpu_allocation_mean": round(self.allocated_integral / (self.capacity * span), 4) if span else 0.0,
             "jain_index": round(jain, 4),
             "preemptions": self.preemptions,
+            "lost_progress_gpu_hours": round(self.lost_progress_gpu_s / 3600, 1),
+            "restart_overhead_gpu_hours": round(self.restart_gpu_s / 3600, 1),
+            "preemption_lost_gpu_hours": round((self.lost_progress_gpu_s + self.restart_gpu_s) / 3600, 1),
             "quota_violations": self.violations,
             "makespan_s": round(span, 1),
             "tenants": {

@@ -43,7 +43,12 @@ class TraceNode:
 
 @dataclass(frozen=True, slots=True)
 class TraceJob:
-    """A job of a trace: `replicas` x `gpus` GPUs (a gang), submitted at `submitted_at`, running `duration_s`."""
+    """A job of a trace: `replicas` x `gpus` GPUs (a gang), submitted at `submitted_at`, running `duration_s`.
+
+    `checkpoint_interval_s`: seconds between its checkpoints when the trace
+    says (0: never); None leaves it to the simulation's settings. Neither
+    real trace says.
+    """
 
     id: str
     tenant: str
@@ -54,6 +59,7 @@ class TraceJob:
     cpu_milli: int = 0
     memory_mib: int = 0
     models: frozenset[str] = frozenset()
+    checkpoint_interval_s: float | None = None
 
     @property
     def total_gpus(self) -> int:
