@@ -67,10 +67,58 @@ def last_session_path(sessions: list[dict[str, Any]]) -> str | None:
     return best[1] if best else None
 
 
+def workspace_current_path(workspace: Any) -> str | None:
+    """Return the path of the document JupyterLab shows in front (its saved `default` workspace), or None.
+
+    JupyterLab saves its layout in the workspace: `layout-restorer:data`
+    names the current main-area widget (`editor:notes.txt`,
+    `notebook:train.ipynb`), whose own entry holds the document's path. This
+    covers any document, where sessions know only notebooks and consoles.
+    """
+    data = workspace.get("data") if isinstance(workspace, dict) else None
+    if not isinstance(data, dict):
+        return None
+    layout = data.get("layout-restorer:data")
+    main = layout.get("main") if isinstance(layout, dict) else None
+    current = main.get("current") if isinstance(main, dict) else None
+    widget = data.get(current) if isinstance(current, str) else None
+    state = widget.get("data") if isinstance(widget, dict) else None
+    path = state.get("path") if isinstance(state, dict) else None
+    return path if isinstance(path, str) and path else None
+
+
+def _last_path(workspace: Any, sessions: list[dict[str, Any]]) -> str | None:
+    """Return the document in front: the workspace's, unless it is a notebook or console, which have sessions.
+
+    JupyterLab saves its workspace when its layout changes, not when a
+    document is renamed: for a notebook, the live session has its current name.
+    """
+    in_front = workspace_current_path(workspace)
+    session = last_session_path(sessions)
+    if in_front is None or (session is not None and _widget_kind(workspace) in ("notebook", "console")):
+        return session
+    return in_front
+
+
+def _widget_kind(workspace: Any) -> str:
+    """Return the kind of JupyterLab's current main-area widget (`editor`, `notebook`, ...), or ""."""
+    try:
+        current = workspace["data"]["layout-restorer:data"]["main"]["current"]
+    except (KeyError, TypeError):
+        return ""
+    return current.split(":", 1)[0] if isinstance(current, str) else ""
+
+
 def activity_from(
-    status: dict[str, Any], kernels: list[dict[str, Any]], sessions: list[dict[str, Any]] | None = None
+    status: dict[str, Any],
+    kernels: list[dict[str, Any]],
+    sessions: list[dict[str, Any]] | None = None,
+    workspace: Any = None,
 ) -> JupyterActivity:
-    """Return the activity that `/api/status`, `/api/kernels` (and `/api/sessions`) answers describe."""
+    """Return the activity that `/api/status`, `/api/kernels` (and `/api/sessions`, the workspace) describe.
+
+    The last path is the document in front (`_last_path`).
+    """
     stamps = [parse_time(status.get("last_activity"))] + [parse_time(k.get("last_activity")) for k in kernels]
     known = [stamp for stamp in stamps if stamp is not None]
     return JupyterActivity(
@@ -78,7 +126,7 @@ def activity_from(
         kernels=len(kernels),
         busy_kernels=sum(1 for kernel in kernels if kernel.get("execution_state") == "busy"),
         connections=int(status.get("connections") or 0),
-        last_path=last_session_path(sessions or []),
+        last_path=_last_path(workspace, sessions or []),
     )
 
 
@@ -98,8 +146,19 @@ class JupyterClient:
         if not isinstance(status, dict) or not isinstance(kernels, list) or not isinstance(sessions, list):
             raise JupyterUnavailable("unexpected answer shape from the Jupyter API")
         return activity_from(
-            status, [k for k in kernels if isinstance(k, dict)], [s for s in sessions if isinstance(s, dict)]
+            status,
+            [k for k in kernels if isinstance(k, dict)],
+            [s for s in sessions if isinstance(s, dict)],
+            self._workspace(endpoint, workload_id, token),
         )
+
+    def _workspace(self, endpoint: str, workload_id: int, token: str) -> Any:
+        """Return JupyterLab's saved `default` workspace, or None (a plain Jupyter server has none)."""
+        url = f"{endpoint.rstrip('/')}/notebooks/{workload_id}/lab/api/workspaces/default?no_track_activity=1"
+        try:
+            return self._get(url, token)
+        except JupyterUnavailable:
+            return None
 
     def _get(self, url: str, token: str) -> Any:
         if not url.startswith(("http://", "https://")):
