@@ -248,7 +248,13 @@ class _PoolPass:
         key = (_shape(workload, models), self.placed, len(self.state.preemptions))
         cached = self.reasons.get(key)
         if cached is None:
-            initially = bool(workload.gpus) and self.capacity.initially_fits(models, workload.gpus, workload.replicas)
+            # Room at the start of the pass counts only where its volumes can be mounted: a node that cannot
+            # mount them had no room for it, whatever was placed there since.
+            initially = (
+                bool(workload.gpus)
+                and not self.capacity.mounts.excluded(workload.storage)
+                and self.capacity.initially_fits(models, workload.gpus, workload.replicas)
+            )
             cached = self.reasons[key] = (capacity_reason(self.capacity, workload, models), initially)
         reason, initially = cached
         if reason in (Reason.NO_CAPACITY_FOR_MODEL, Reason.NO_STORAGE) or not initially or not self.placed:

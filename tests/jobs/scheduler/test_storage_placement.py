@@ -34,6 +34,15 @@ def test_a_workload_goes_to_a_node_that_can_mount_its_volumes_not_the_best_fit()
     assert {w: [r.node for r in rs] for w, rs in decisions.placements.items()} == {"vol": ["n2"], "plain": ["n3"]}
 
 
+def test_room_only_on_nodes_that_cannot_mount_its_volumes_is_no_room_not_fairer_work_going_first() -> None:
+    # At the start of the pass only n2 has room, and n2 cannot mount ceph; plain work of tenant b takes n2.
+    nodes = [mounting("n1", "ceph", used=8), mounting("n2", "nfs")]
+    pending = [job("plain", "b", gpus=8), mounts(job("vol", gpus=1), "ceph")]
+    decisions = schedule(snapshot(nodes, QUOTAS, pending))
+    assert list(decisions.placements) == ["plain"]
+    assert decisions.waiting["vol"].reason is Reason.NO_CAPACITY, "its own nodes were full before anything went"
+
+
 def test_a_node_without_a_storage_list_mounts_anything() -> None:
     # n1 is the best fit but mounts only nfs; n2 says nothing about storage.
     nodes = [mounting("n1", "nfs", used=7), node("n2", used=4)]
