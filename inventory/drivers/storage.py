@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
+import stat
 import threading
 from collections.abc import Iterable
 from typing import BinaryIO, Protocol, runtime_checkable
@@ -109,7 +110,10 @@ class Storage(Protocol):
 
         A missing volume directory is created with the mount's `mode`
         (else `mode`), owned by the mount's `uid`:`gid` (else `run_as`'s
-        uid and gid; else the caller's); an existing one is left as it is.
+        uid and gid; else the caller's); an existing one is left as it is,
+        except that a mount naming its own `uid`:`gid` has them (and its
+        mode) put back on the volume's directory when this runs as root (a
+        console not running as root made it under its own user).
         Raises StorageNotMounted (shared root without its marker),
         PathRefused (a symlink on the way, a source not strictly below the
         root), PermanentDriverError `storage_owner` when the owner cannot
@@ -154,11 +158,11 @@ class _Volumes:
 
     def prepare(self, mount: Mount, run_as: RunAs | None = None, mode: int = VOLUME_MODE) -> str:
         """See `Storage.prepare`."""
-        owner = (mount.uid, mount.gid) if mount.uid is not None and mount.gid is not None else None
-        if owner is None and run_as is not None:
-            owner = (run_as.uid, run_as.gid)
+        stated = (mount.uid, mount.gid) if mount.uid is not None and mount.gid is not None else None
+        owner = stated if stated is not None else (run_as.uid, run_as.gid) if run_as is not None else None
         self.check_root(mount.root, mount.marker)
-        return _make_volume(mount.root, mount.source, owner, mount.mode if mount.mode is not None else mode)
+        chosen = mount.mode if mount.mode is not None else mode
+        return _make_volume(mount.root, mount.source, owner, chosen, repair=stated is not None and os.geteuid() == 0)
 
     def usage(self, path: str) -> int:
         """See `Storage.usage`."""
@@ -226,8 +230,11 @@ def prepare_mounts(mounts: Iterable[Mount], run_as: RunAs | None) -> tuple[Mount
 # --- helpers ------------------------------------------------------------------------
 
 
-def _make_volume(root: str, source: str, owner: tuple[int, int] | None, mode: int) -> str:
-    """Walk from `root` to `source` without following symlinks, making what is missing; return the real path."""
+def _make_volume(root: str, source: str, owner: tuple[int, int] | None, mode: int, *, repair: bool = False) -> str:
+    """Walk from `root` to `source` without following symlinks, making what is missing; return the real path.
+
+    `repair`: an existing volume directory gets `owner` and `mode` back when it has others.
+    """
     parts = _below_root(root, source)
     fd = open_volume(root)
     try:
@@ -236,7 +243,7 @@ def _make_volume(root: str, source: str, owner: tuple[int, int] | None, mode: in
             child, made = _made_dir(fd, part, "/".join(parts[:depth]))
             os.close(fd)
             fd = child
-            if made:
+            if made or (last and repair and _differs(fd, owner, mode)):
                 _settle(fd, owner if last else None, mode if last else _PARENT_MODE, source)
     finally:
         os.close(fd)
@@ -264,6 +271,11 @@ def _made_dir(parent: int, name: str, shown: str) -> tuple[int, bool]:
     except FileExistsError:
         return open_child_dir(parent, name, shown), False
     return open_child_dir(parent, name, shown), True
+
+
+def _differs(fd: int, owner: tuple[int, int] | None, mode: int) -> bool:
+    found = os.fstat(fd)
+    return (owner is not None and (found.st_uid, found.st_gid) != owner) or stat.S_IMODE(found.st_mode) != mode
 
 
 def _settle(fd: int, owner: tuple[int, int] | None, mode: int, shown: str) -> None:

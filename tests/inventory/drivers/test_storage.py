@@ -77,6 +77,20 @@ def test_prepare_makes_the_volume_with_its_owner_and_mode_and_keeps_an_existing_
     assert os.stat(made).st_uid == 1234
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another uid needs root")
+def test_a_volume_directory_made_by_someone_else_gets_the_owner_its_mount_states(tmp_path: Path) -> None:
+    # A console not running as root made alice's home under its own user; the agent (root) puts it right.
+    root = tmp_path / "root"
+    home = root / "t1" / "home" / "alice"
+    home.mkdir(parents=True)
+    os.chown(home, 4321, 4321)
+    home.chmod(0o755)
+    mount = Mount(str(home), "/home/alice", root=str(root), uid=1001, gid=1001, mode=0o700)
+    found = os.stat(LocalDirectory().prepare(mount))
+    assert (found.st_uid, found.st_gid, stat.S_IMODE(found.st_mode)) == (1001, 1001, 0o700)
+    assert stat.S_IMODE(os.stat(root / "t1").st_mode) == 0o755, "only the volume's own directory is changed"
+
+
 def test_prepare_refuses_a_symlink_below_the_root_and_a_source_outside_it(tmp_path: Path, outside: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
