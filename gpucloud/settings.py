@@ -243,18 +243,11 @@ LOG_RETENTION_DAYS = env_int("LOG_RETENTION_DAYS", 30, minimum=1, maximum=3650)
 # Address the Docker runtime publishes workloads' service ports on (the proxy must reach it).
 GPUCLOUD_AGENT_PUBLISH_ADDRESS = env_str("GPUCLOUD_AGENT_PUBLISH_ADDRESS", "127.0.0.1") or "127.0.0.1"
 
-# --- Storage (volumes) -------------------------------------------------------------
-# Root of the default storage backend, created on first use: every member's home, project volumes and
-# datasets live below it unless an operator makes another backend the default. A fleet mounts a shared
-# filesystem here on every host (docs/storage.md).
-STORAGE_ROOT = env_path("GPUCLOUD_STORAGE_ROOT", DATA_DIR / "volumes")
-# Workloads run as uid STORAGE_UID_BASE + user id (files in volumes are the user's on every host) with
-# the gid STORAGE_GID_BASE + project id (a project volume's members share its group).
-STORAGE_UID_BASE = env_int("GPUCLOUD_STORAGE_UID_BASE", 100000, minimum=1000)
-STORAGE_GID_BASE = env_int("GPUCLOUD_STORAGE_GID_BASE", 200000, minimum=1000)
-# The largest file one upload through the console may write (bytes); quotas may allow less.
-VOLUME_UPLOAD_MAX_BYTES = env_int("VOLUME_UPLOAD_MAX_BYTES", 20 * 1024**3, minimum=1)
-# Seconds between measurements of every volume's use, and between looks at running jobs' checkpoints.
+# --- Storage (volumes; docs/storage.md, compose/.env.example) ---------------------------
+STORAGE_ROOT = env_path("GPUCLOUD_STORAGE_ROOT", DATA_DIR / "volumes")  # the default backend's root
+STORAGE_UID_BASE = env_int("GPUCLOUD_STORAGE_UID_BASE", 100000, minimum=1000)  # + user id: a workload's uid
+STORAGE_GID_BASE = env_int("GPUCLOUD_STORAGE_GID_BASE", 200000, minimum=1000)  # + project id: its gid
+VOLUME_UPLOAD_MAX_BYTES = env_int("VOLUME_UPLOAD_MAX_BYTES", 20 * 1024**3, minimum=1)  # one upload, at most
 VOLUME_USAGE_SECONDS = env_int("VOLUME_USAGE_SECONDS", 300, minimum=10, maximum=86400)
 CHECKPOINT_SCAN_SECONDS = env_int("CHECKPOINT_SCAN_SECONDS", 15, minimum=1, maximum=3600)
 

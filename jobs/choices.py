@@ -108,4 +108,3 @@ class ReasonCode(models.TextChoices):
     ENGINE_LOST_RUN = "ENGINE_LOST_RUN", "The node's container engine lost track of it"
     HIBERNATED_BY_USER = "HIBERNATED_BY_USER", "Hibernated by a user"
     RESUMED = "RESUMED", "Resumed by a user"
-    STORAGE_UNAVAILABLE = "STORAGE_UNAVAILABLE", "Its volumes cannot be mounted"

@@ -99,6 +99,13 @@ def sshfs_missing() -> str | None:
     return None
 
 
+@pytest.fixture
+def as_root() -> None:
+    """Fail (never skip) a test that gives files to other uids, as volumes do, when the suite is not run as root."""
+    if os.geteuid() != 0:
+        pytest.fail("this test gives volumes to other uids, which needs root: run the suite as root", pytrace=False)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sshfs: serves a real shared filesystem over sshd and mounts it with sshfs")
 

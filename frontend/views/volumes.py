@@ -28,84 +28,29 @@ from django.utils.http import urlencode
 from common.downloads import file_download
 from common.errors import Conflict
 from frontend.access import Page, tenant_view
-from frontend.forms import apply_service_errors
+from frontend.forms import (
+    GIB,
+    FolderForm,
+    ProjectStorageForm,
+    ShareForm,
+    TenantStorageForm,
+    UploadForm,
+    VolumeEditForm,
+    VolumeForm,
+    apply_service_errors,
+    gib_to_bytes,
+)
 from inventory.choices import VolumeKind
 from inventory.models import Volume
-from inventory.services import volume_files, volumes
+from inventory.services import volume_access, volume_files, volumes
 from inventory.services.volume_access import Rights, rights_by_volume, visible_volumes
 from tenants import services as tenant_services
 from tenants.choices import Role
 from tenants.models import Project
 from tenants.selectors import projects_in_scope
 
-GIB = 1024**3
 PAGE_SIZE = 200
 CHUNK = 1 << 20
-
-
-def _gib(**kwargs: Any) -> forms.DecimalField:
-    # No upper bound here: ranges are the services', reported in their words.
-    return forms.DecimalField(
-        required=False, min_value=0, decimal_places=3, help_text="GiB; empty: no limit.", **kwargs
-    )
-
-
-def _bytes(gib: Decimal | None) -> int | None:
-    return None if gib is None else int(gib * GIB)
-
-
-class VolumeForm(forms.Form):
-    kind = forms.ChoiceField(choices=[(VolumeKind.PROJECT, "Project volume"), (VolumeKind.DATASET, "Dataset")])
-    name = forms.CharField(max_length=40, help_text="Mounted at /projects/<name> or /datasets/<name>.")
-    project = forms.ChoiceField(required=False, help_text="A dataset without one is the tenant's.")
-    description = forms.CharField(max_length=200, required=False)
-    size_limit_bytes = _gib(label="Size limit")
-
-    def __init__(self, *args: Any, project_choices: list[tuple[str, str]], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        field = self.fields["project"]
-        assert isinstance(field, forms.ChoiceField)
-        field.choices = [("", "—"), *project_choices]
-
-
-class TenantStorageForm(forms.Form):
-    storage_limit_bytes = _gib(label="Tenant storage quota")
-    home_limit_bytes = _gib(label="Home limit (each member)")
-
-
-class ProjectStorageForm(forms.Form):
-    project = forms.ChoiceField()
-    storage_limit_bytes = _gib(label="Project storage quota")
-
-    def __init__(self, *args: Any, project_choices: list[tuple[str, str]], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        field = self.fields["project"]
-        assert isinstance(field, forms.ChoiceField)
-        field.choices = project_choices
-
-
-class VolumeEditForm(forms.Form):
-    description = forms.CharField(max_length=200, required=False)
-    size_limit_bytes = _gib(label="Size limit")
-
-
-class ShareForm(forms.Form):
-    project = forms.ChoiceField()
-    read_only = forms.BooleanField(required=False, initial=True, label="Read-only")
-
-    def __init__(self, *args: Any, project_choices: list[tuple[str, str]], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        field = self.fields["project"]
-        assert isinstance(field, forms.ChoiceField)
-        field.choices = project_choices
-
-
-class UploadForm(forms.Form):
-    file = forms.FileField()
-
-
-class FolderForm(forms.Form):
-    path = forms.CharField(max_length=4096, strip=False, label="New folder", help_text="Inside this folder.")
 
 
 def _attempt(form: forms.Form, call: Callable[[], Any]) -> bool:
@@ -177,7 +122,7 @@ def _create_volume(page: Page, form: forms.Form) -> Volume:
         name=data["name"],
         project=project,
         description=data["description"],
-        size_limit_bytes=_bytes(data["size_limit_bytes"]),
+        size_limit_bytes=gib_to_bytes(data["size_limit_bytes"]),
     )
 
 
@@ -186,14 +131,14 @@ def _set_tenant_quota(page: Page, form: forms.Form) -> Any:
     return tenant_services.update_tenant(
         actor=page.actor,
         tenant=page.tenant,
-        storage_limit_bytes=_bytes(data["storage_limit_bytes"]),
-        home_limit_bytes=_bytes(data["home_limit_bytes"]),
+        storage_limit_bytes=gib_to_bytes(data["storage_limit_bytes"]),
+        home_limit_bytes=gib_to_bytes(data["home_limit_bytes"]),
     )
 
 
 def _set_project_quota(page: Page, form: forms.Form) -> Any:
     project = get_object_or_404(projects_in_scope(), slug=form.cleaned_data["project"])
-    limit = _bytes(form.cleaned_data["storage_limit_bytes"])
+    limit = gib_to_bytes(form.cleaned_data["storage_limit_bytes"])
     return tenant_services.update_project(actor=page.actor, project=project, storage_limit_bytes=limit)
 
 
@@ -224,7 +169,7 @@ def _storage_context(page: Page) -> dict[str, Any]:
     user = page.actor.user
     return {
         "rows": [
-            (v, volume_files.mount_path(v), _use(v.used_bytes, v.size_limit_bytes), rights.get(v.pk)) for v in shown
+            (v, volume_access.mount_target(v), _use(v.used_bytes, v.size_limit_bytes), rights.get(v.pk)) for v in shown
         ],
         "tenant_use": _use(tenant_used, page.tenant.storage_limit_bytes),
         "project_use": projects,
@@ -326,7 +271,7 @@ def _edit(page: Page, target: Volume, folder: str, form: forms.Form) -> Volume:
         actor=page.actor,
         volume=target,
         description=data["description"],
-        size_limit_bytes=_bytes(data["size_limit_bytes"]),
+        size_limit_bytes=gib_to_bytes(data["size_limit_bytes"]),
     )
 
 
@@ -390,7 +335,7 @@ def _volume_context(
         "volume": target,
         "failed": failed,
         "rights": rights,
-        "mount_path": volume_files.mount_path(target),
+        "mount_path": volume_access.mount_target(target),
         "use": _use(target.used_bytes, target.size_limit_bytes),
         "room": volume_files.room_for(target) if rights.write else None,
         "folder": folder,

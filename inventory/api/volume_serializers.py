@@ -10,7 +10,8 @@ from rest_framework import serializers
 from common.api.fields import ID_MAX, Integer
 from inventory.choices import FileKind, StorageKind, VolumeKind
 from inventory.models import Node, NodePool, StorageBackend, Volume, VolumeShare
-from inventory.services.volume_files import FileEntry, mount_path
+from inventory.services.volume_access import mount_target
+from inventory.services.volume_files import FileEntry
 from tenants.api.fields import ScopedSlugField
 from tenants.selectors import projects_in_scope
 
@@ -60,7 +61,7 @@ class VolumeSerializer(serializers.ModelSerializer):
 
     def get_mount_path(self, volume: Volume) -> str:
         """Where workloads see the volume: /home/<user>, /projects/<name> or /datasets/<name>."""
-        return mount_path(volume)
+        return mount_target(volume)
 
     def get_can_read(self, volume: Volume) -> bool:
         """Whether you may list and download its files (a home's are its owner's alone)."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Literal
 
 from inventory.drivers.storage_paths import (
+    UPLOAD_PREFIX,
     Conflict,
     NotFound,
     PathRefused,
@@ -40,7 +41,6 @@ FileKind = Literal["file", "dir", "link"]
 
 FILE_MODE = 0o664
 DIR_MODE = 0o775
-UPLOAD_PREFIX = ".gpucloud-upload-"
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,17 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
 from inventory.drivers.base import PermanentDriverError
 
 MAX_DEPTH = 512
+# An upload is written under this name and renamed when whole (`storage_files.write_file`). One left behind by
+# a console killed mid-upload has stopped changing: `usage` removes it once it is older than a day.
+UPLOAD_PREFIX = ".gpucloud-upload-"
+STALE_UPLOAD_SECONDS = 24 * 3600
 """How deep `usage` walks; deeper trees are refused (each level holds a descriptor open)."""
 MAX_NAME_BYTES = 255
 
@@ -154,7 +159,8 @@ def usage(path: str) -> int:
     """Return the bytes the regular files below directory `path` hold (apparent size, hard links once).
 
     Symlinks are not followed and count nothing. Entries that vanish during
-    the walk are skipped. Raises NotFound when `path` is missing,
+    the walk are skipped. An abandoned upload (`UPLOAD_PREFIX`, unchanged
+    for STALE_UPLOAD_SECONDS) is removed and counts nothing. Raises NotFound when `path` is missing,
     PathRefused (`too_deep`) for a tree deeper than MAX_DEPTH.
     """
     return tree_usage(open_volume(path), path)
@@ -213,6 +219,10 @@ def _scan(fd: int, seen: set[tuple[int, int]]) -> tuple[int, list[str]]:
             try:
                 found = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
+                continue
+            if entry.name.startswith(UPLOAD_PREFIX) and time.time() - found.st_mtime > STALE_UPLOAD_SECONDS:
+                with suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=fd)
                 continue
             if found.st_nlink > 1:
                 if (found.st_dev, found.st_ino) in seen:

@@ -17,7 +17,6 @@ host, and a project volume's members share its group.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +25,11 @@ from django.contrib.auth.models import User
 
 from inventory.choices import VolumeKind
 from inventory.models import StorageBackend, Volume, VolumeShare
-from inventory.services.storage import DEFAULT_BACKEND_NAME, MARKER_FILE
-from inventory.services.volume_access import directory_owner, gid_of, uid_of
+from inventory.services.storage import DEFAULT_BACKEND_NAME
+from inventory.services.volume_access import directory_owner, gid_of, host_path, mount_target, uid_of
 from inventory.services.volumes import home_volume, project_volume
 from tenants.models import Project, Tenant
 
-_SAFE_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,63}")
 CHECKPOINTS = ".checkpoints"
 
 
@@ -44,24 +42,17 @@ class PlannedMount:
     read_only: bool
 
 
-def home_path(user: User) -> str:
-    """Return where `user`'s home is mounted: `/home/<username>`, or `/home/user-<id>` for an unusual name."""
-    name = user.get_username()
-    segment = name if _SAFE_USER.fullmatch(name) and name not in (".", "..") else f"user-{user.pk}"
-    return f"/home/{segment}"
-
-
 def plan_mounts(*, tenant: Tenant, owner: User, project: Project) -> list[PlannedMount]:
-    """Return the mounts of a workload of `owner` in `project`, home first.
+    """Return the mounts of a workload of `owner` in `project`: its home first, its project's own volume second.
 
     Makes the owner's home and the project's own volume on first use.
     """
     home = home_volume(tenant=tenant, user=owner)
-    project_volume(project=project)
-    mounts = [PlannedMount(home, home_path(owner), read_only=False)]
-    own = Volume.all_tenants.filter(project=project).exclude(kind=VolumeKind.HOME).select_related("backend")
-    shares = VolumeShare.all_tenants.filter(project=project).select_related("volume__backend")
-    for volume in sorted(own, key=lambda v: (v.kind, v.name)):
+    own = project_volume(project=project)
+    others = Volume.all_tenants.filter(project=project).exclude(kind=VolumeKind.HOME).exclude(pk=own.pk)
+    shares = VolumeShare.all_tenants.filter(project=project).select_related("volume__backend", "volume__owner")
+    mounts = [_planned(home, read_only=False), _planned(own, read_only=False)]
+    for volume in sorted(others.select_related("backend"), key=lambda v: (v.kind, v.name)):
         mounts.append(_planned(volume, read_only=volume.kind == VolumeKind.DATASET))
     for share in sorted(shares, key=lambda s: (s.volume.kind, s.volume.name)):
         mounts.append(_planned(share.volume, read_only=share.read_only or share.volume.kind == VolumeKind.DATASET))
@@ -69,31 +60,36 @@ def plan_mounts(*, tenant: Tenant, owner: User, project: Project) -> list[Planne
 
 
 def _planned(volume: Volume, *, read_only: bool) -> PlannedMount:
-    where = "datasets" if volume.kind == VolumeKind.DATASET else "projects"
-    return PlannedMount(volume, f"/{where}/{volume.name}", read_only)
+    return PlannedMount(volume, mount_target(volume), read_only)
 
 
-def project_dir(mounts: list[PlannedMount], project: Project) -> str:
-    """Return where the project's own volume is mounted (`GPUCLOUD_PROJECT_DIR`)."""
-    own = project_volume(project=project)
-    return next(m.target for m in mounts if m.volume.pk == own.pk)
+def project_dir(mounts: list[PlannedMount]) -> str:
+    """Return where the project's own volume is mounted (`GPUCLOUD_PROJECT_DIR`) among `plan_mounts`' mounts."""
+    return mounts[1].target
 
 
-def checkpoint_dir(mounts: list[PlannedMount], project: Project, workload_id: int) -> str:
+def checkpoint_dir(mounts: list[PlannedMount], workload_id: int) -> str:
     """Return `GPUCLOUD_CHECKPOINT_DIR` for a workload: on its project's own volume, the same for every attempt."""
-    return f"{project_dir(mounts, project)}/{CHECKPOINTS}/{workload_id}"
+    return f"{project_dir(mounts)}/{CHECKPOINTS}/{workload_id}"
 
 
-def checkpoint_host_dir(project: Project, workload_id: int) -> str:
-    """Return the workload's checkpoint directory as the console reaches it."""
-    own = project_volume(project=project)
-    return f"{host_path(own.backend, own, console=True)}/{CHECKPOINTS}/{workload_id}"
+def checkpoint_host_dirs(workloads: Iterable[tuple[int, int]]) -> dict[int, str]:
+    """Return each (workload id, project id)'s checkpoint directory as the console reaches it, by workload id.
 
-
-def host_path(backend: StorageBackend, volume: Volume, *, console: bool = False) -> str:
-    """Return the volume's directory as a host that mounts `backend` sees it (or as the console does)."""
-    root = backend.console_root if console else backend.path
-    return f"{root.rstrip('/')}/{volume.directory}"
+    One query for any number: a project's own volume is its oldest project
+    volume (`project_volume`). A project without one yet has no checkpoints.
+    """
+    pairs = list(workloads)
+    own: dict[int, Volume] = {}
+    volumes = Volume.all_tenants.filter(kind=VolumeKind.PROJECT, project_id__in={p for _, p in pairs})
+    for volume in volumes.select_related("backend").order_by("-created_at", "-pk"):
+        if volume.project_id is not None:  # always, for a project volume (a constraint says so)
+            own[volume.project_id] = volume  # the oldest is written last
+    return {
+        workload: f"{host_path(own[project].backend, own[project], console=True)}/{CHECKPOINTS}/{workload}"
+        for workload, project in pairs
+        if project in own
+    }
 
 
 def mount_specs(mounts: list[PlannedMount]) -> list[dict[str, Any]]:
@@ -173,8 +169,3 @@ def _default_name(pairs: set[tuple[int, int, int]], homes: dict[tuple[int, int],
     marked = StorageBackend.objects.filter(is_default=True).values_list("name", flat=True).first()
     missing = any((t, o) not in homes or p not in own_volume for t, o, p in pairs)
     return (marked or DEFAULT_BACKEND_NAME) if missing else ""
-
-
-def marker_path(backend: StorageBackend) -> str:
-    """Return where the marker of `backend` is, as hosts see it."""
-    return f"{backend.path.rstrip('/')}/{MARKER_FILE}"

@@ -10,13 +10,15 @@
 
 Viewers never write. Every other tenant's volume does not exist (404).
 
-Also here: the uid and gids files in volumes belong to (`uid_of`, `gid_of`,
-`directory_owner`), so a directory the console makes and one an agent makes
-are the same.
+Also here, so that everything that names a volume's place agrees: the uid
+and gids files in volumes belong to (`uid_of`, `gid_of`, `directory_owner`),
+where a workload sees a volume (`mount_target`) and where a host finds it
+(`host_path`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -26,15 +28,37 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from inventory.choices import VolumeKind
-from inventory.models import Volume
+from inventory.models import StorageBackend, Volume
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Project, Tenant
 from tenants.services.access import require_role
 
+_SAFE_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,63}")
 # Owner-only homes; group-shared project volumes (setgid: new files keep the project's group); datasets
 # readable by every group that mounts them.
 HOME_MODE, PROJECT_MODE, DATASET_MODE = 0o700, 0o2770, 0o2755
+
+
+def home_path(user: User) -> str:
+    """Return where `user`'s home is mounted: `/home/<username>`, or `/home/user-<id>` for an unusual name."""
+    name = user.get_username()
+    segment = name if _SAFE_USER.fullmatch(name) and name not in (".", "..") else f"user-{user.pk}"
+    return f"/home/{segment}"
+
+
+def mount_target(volume: Volume) -> str:
+    """Return where workloads see `volume`: `/home/<user>`, `/projects/<name>` or `/datasets/<name>`."""
+    if volume.kind == VolumeKind.HOME and volume.owner is not None:
+        return home_path(volume.owner)
+    where = "datasets" if volume.kind == VolumeKind.DATASET else "projects"
+    return f"/{where}/{volume.name}"
+
+
+def host_path(backend: StorageBackend, volume: Volume, *, console: bool = False) -> str:
+    """Return the volume's directory as a host that mounts `backend` sees it (or as the console does)."""
+    root = backend.console_root if console else backend.path
+    return f"{root.rstrip('/')}/{volume.directory}"
 
 
 def uid_of(user: User) -> int:

@@ -44,7 +44,7 @@ from inventory.drivers import storage
 from inventory.drivers.base import DriverError, Mount, RunAs
 from inventory.drivers.storage_paths import split_relative
 from inventory.models import Volume
-from inventory.services.volume_access import directory_owner, volume_rights
+from inventory.services.volume_access import directory_owner, host_path, volume_rights
 from tenants.context import Actor
 from tenants.services import record_audit_event
 
@@ -83,8 +83,7 @@ class Room:
 
 
 def _directory(volume: Volume) -> str:
-    backend = volume.backend
-    return f"{backend.console_root.rstrip('/')}/{volume.directory}"
+    return host_path(volume.backend, volume, console=True)
 
 
 def _mount(volume: Volume) -> Mount:
@@ -96,17 +95,6 @@ def _mount(volume: Volume) -> Mount:
 
 def _driver(volume: Volume) -> storage.Storage:
     return storage.storage_for(_mount(volume))
-
-
-def mount_path(volume: Volume) -> str:
-    """Return where workloads see `volume`: /home/<user>, /projects/<name> or /datasets/<name>."""
-    # Imported here: `mounts` imports `volumes`, which imports this module.
-    from inventory.services.mounts import home_path
-
-    if volume.kind == VolumeKind.HOME and volume.owner is not None:
-        return home_path(volume.owner)
-    where = "datasets" if volume.kind == VolumeKind.DATASET else "projects"
-    return f"/{where}/{volume.name}"
 
 
 @contextmanager
@@ -143,8 +131,8 @@ def ensure_directory(volume: Volume) -> str:
     Raises StorageUnavailable when the backend's marker is not there.
     """
     uid, gid, mode = directory_owner(volume)
-    # Only root may give a directory away; a console running as itself keeps what it makes (the agent, which
-    # runs as root, keeps an existing directory's owner, so an unprivileged console is for one-user installs).
+    # Only root may give a directory away: a console running as itself keeps what it makes, and an agent
+    # running as root gives the volume's directory its owner back when a workload first mounts it.
     run_as = RunAs(uid, gid) if os.geteuid() == 0 else None
     with _translated(volume):
         return _driver(volume).prepare(_mount(volume), run_as, mode)

@@ -35,7 +35,8 @@ CANCELLABLE_STATES: tuple[WorkloadState, ...] = (
 RESTARTABLE_STATES: tuple[WorkloadState, ...] = (*TERMINAL_STATES, WorkloadState.PREEMPTED)
 
 
-def _require_actor(actor: Actor, workload: Workload) -> None:
+def require_actor(actor: Actor, workload: Workload) -> None:
+    """Raise Http404 or PermissionDenied unless `actor` may act on `workload`: its owner (a member), or an admin."""
     role = require_role(actor, workload.tenant, Role.MEMBER)
     if not role.at_least(Role.ADMIN) and (actor.user is None or workload.owner_id != actor.user.pk):
         raise PermissionDenied("Members can act only on their own workloads.")
@@ -80,7 +81,7 @@ def cancel_workload(*, actor: Actor, workload: Workload) -> Workload:
     when nothing was launched). Raises PermissionDenied, Http404, or
     Conflict (`illegal_transition`, with `current_state`) when it has ended.
     """
-    _require_actor(actor, workload)
+    require_actor(actor, workload)
     before = workload.state
     running = before in ACTIVE_STATES and before != WorkloadState.SCHEDULED
     verb = "Stopped" if running else "Cancelled"
@@ -116,7 +117,7 @@ def restart_workload(*, actor: Actor, workload: Workload) -> Workload:
     `illegal_transition` when it has not ended, `still_stopping` while its
     last attempt still holds GPUs.
     """
-    _require_actor(actor, workload)
+    require_actor(actor, workload)
     if Allocation.all_tenants.filter(workload_id=workload.pk, released_at__isnull=True).exists():
         raise Conflict(
             f"Workload {workload.name} is still stopping; restart it once its GPUs are released.",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 
-from inventory.services.mounts import checkpoint_host_dir
+from inventory.services.mounts import checkpoint_host_dirs
 from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Workload, WorkloadEvent
 
@@ -55,11 +55,11 @@ def scan_checkpoints() -> int:
     Idempotent: only a newer time than the recorded one is written (compare-and-swap on the old value).
     """
     moved = 0
-    running = Workload.all_tenants.filter(kind=WorkloadKind.JOB, state=WorkloadState.RUNNING).select_related(
-        "project__tenant"
-    )
+    running = list(Workload.all_tenants.filter(kind=WorkloadKind.JOB, state=WorkloadState.RUNNING))
+    directories = checkpoint_host_dirs((workload.pk, workload.project_id) for workload in running)
     for workload in running:
-        newest = newest_file_time(checkpoint_host_dir(workload.project, workload.pk))
+        directory = directories.get(workload.pk)
+        newest = newest_file_time(directory) if directory is not None else None
         if newest is None:
             continue
         at = datetime.fromtimestamp(newest, tz=UTC)

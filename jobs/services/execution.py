@@ -152,8 +152,8 @@ def workload_storage(workload: Workload) -> WorkloadStorage:
     env = {
         "HOME": home,
         "GPUCLOUD_HOME": home,
-        "GPUCLOUD_PROJECT_DIR": mounts.project_dir(planned, workload.project),
-        "GPUCLOUD_CHECKPOINT_DIR": mounts.checkpoint_dir(planned, workload.project, workload.pk),
+        "GPUCLOUD_PROJECT_DIR": mounts.project_dir(planned),
+        "GPUCLOUD_CHECKPOINT_DIR": mounts.checkpoint_dir(planned, workload.pk),
     }
     return WorkloadStorage(
         mounts=mounts.mount_specs(planned),

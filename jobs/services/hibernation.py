@@ -10,7 +10,8 @@ sessions while it ran and when it is hibernated).
 
 from __future__ import annotations
 
-from django.core.exceptions import PermissionDenied
+from urllib.parse import quote
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -18,13 +19,11 @@ from common.errors import Conflict
 from jobs.choices import ACTIVE_STATES, ReasonCode, WorkloadKind, WorkloadState
 from jobs.jupyter import JupyterClient, JupyterUnavailable
 from jobs.models import Allocation, Replica, Workload
-from jobs.services.actions import check_rules_again
+from jobs.services.actions import check_rules_again, require_actor
 from jobs.services.lifecycle import next_attempt_fields, transition_workload
 from jobs.services.stopping import stop_workload
 from jobs.triggers import request_scheduling_pass
-from tenants.choices import Role
 from tenants.context import Actor
-from tenants.services.access import require_role
 from tenants.services.audit import record_audit_event
 
 HIBERNATABLE_STATES: tuple[WorkloadState, ...] = tuple(ACTIVE_STATES)
@@ -33,9 +32,7 @@ RESUMED_STATES = (WorkloadState.PENDING, *ACTIVE_STATES)
 
 
 def _require_owner_or_admin(actor: Actor, workload: Workload) -> None:
-    role = require_role(actor, workload.tenant, Role.MEMBER)
-    if not role.at_least(Role.ADMIN) and (actor.user is None or workload.owner_id != actor.user.pk):
-        raise PermissionDenied("Members can hibernate and resume only their own notebooks.")
+    require_actor(actor, workload)
     if workload.kind != WorkloadKind.NOTEBOOK:
         raise Conflict(
             f"{workload.name} is a batch job; only notebooks hibernate (cancel or restart a job).",
@@ -166,6 +163,5 @@ def lab_url(workload: Workload) -> str:
     base = f"/notebooks/{workload.pk}/lab"
     if not workload.lab_path:
         return base
-    from urllib.parse import quote
 
     return f"{base}/tree/{quote(workload.lab_path)}"

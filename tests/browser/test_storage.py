@@ -28,7 +28,7 @@ from inventory.agent import executor as executor_module
 from inventory.agent.config import AgentConfig, activate
 from inventory.drivers.process_workdir import alive
 from inventory.models import Gpu, agent_queue_for
-from inventory.services.mounts import host_path
+from inventory.services.volume_access import host_path
 from inventory.services.volumes import home_volume
 from jobs.choices import ReasonCode, WorkloadState
 from jobs.models import Allocation, Replica, Workload, WorkloadEvent

@@ -14,7 +14,7 @@ from frontend.views import volumes as pages
 from inventory.drivers import storage
 from inventory.models import Volume, VolumeShare
 from inventory.services import volume_files, volumes
-from inventory.services.mounts import host_path
+from inventory.services.volume_access import host_path
 from tenants.context import Actor
 from tenants.models import Project, Tenant
 from tests.conftest import World

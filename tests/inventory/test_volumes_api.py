@@ -22,7 +22,7 @@ from inventory.api import volumes as volume_api
 from inventory.drivers import storage
 from inventory.models import StorageBackend, Volume, VolumeShare
 from inventory.services import volume_files, volumes
-from inventory.services.mounts import host_path
+from inventory.services.volume_access import host_path
 from tenants.context import Actor
 from tenants.models import Membership, Project, Tenant
 from tests.conftest import PASSWORD, World, client_for

@@ -228,7 +228,7 @@ def test_a_container_keeps_its_files_and_checkpoints_across_attempts_and_gets_it
     assert wait_until(lambda: any(line.startswith("found") for line in _log_text(world, job)), timeout=30)
     lines = _log_text(world, job)
     assert "found hello 41" in lines, lines
-    from inventory.services.mounts import uid_of
+    from inventory.services.volume_access import uid_of
 
     assert f"uid {uid_of(world.member_a)} pwd {home}" in lines
     assert "read-only" in lines

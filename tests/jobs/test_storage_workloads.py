@@ -288,8 +288,9 @@ def test_a_notebook_preempted_for_other_work_hibernates_once_stopped(world: Worl
 def test_a_checkpoint_written_in_the_checkpoint_directory_is_recorded_once(world: World) -> None:
     ready_world(world)
     job = _running(_placed(world))
+    workload_storage(job)  # its launch made the project's volume
     assert scan_checkpoints() == 0, "nothing written yet"
-    directory = Path(mounts.checkpoint_host_dir(world.project_a, job.pk))
+    directory = Path(mounts.checkpoint_host_dirs([(job.pk, world.project_a.pk)])[job.pk])
     directory.mkdir(parents=True)
     (directory / "step-100.pt").write_bytes(b"weights")
     written = time.time() - 30

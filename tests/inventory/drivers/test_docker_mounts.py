@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,8 @@ from inventory.drivers.docker_runtime import DockerRuntime
 from inventory.drivers.storage import MARKER_FILE, PathRefused, StorageNotMounted
 from tests.inventory.drivers.conftest import SpecFactory, wait_for
 
-pytestmark = [
-    pytest.mark.docker,
-    pytest.mark.skipif(os.geteuid() != 0, reason="volumes are given to their uid, which needs root"),
-]
+# Volumes are given to their uid, which needs root: without it these fail, never skip.
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("as_root")]
 
 USER = RunAs(1001, 2001, (1001, 2000))
 TRAPS_USR1 = (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from inventory.drivers import storage
+from inventory.drivers import storage, storage_paths
 from inventory.drivers.base import Mount, RunAs
 from inventory.drivers.storage import (
     MARKER_FILE,
@@ -26,7 +26,8 @@ from inventory.drivers.storage import (
 )
 from inventory.drivers.storage_paths import MAX_DEPTH, split_relative
 
-ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another uid needs root")
+# Giving files to another uid needs root: without it these fail, never skip.
+ROOT_ONLY = pytest.mark.usefixtures("as_root")
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def test_prepare_makes_the_volume_with_its_owner_and_mode_and_keeps_an_existing_
     assert os.stat(made).st_uid == 1234
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another uid needs root")
+@ROOT_ONLY
 def test_a_volume_directory_made_by_someone_else_gets_the_owner_its_mount_states(tmp_path: Path) -> None:
     # A console not running as root made alice's home under its own user; the agent (root) puts it right.
     root = tmp_path / "root"
@@ -373,3 +374,16 @@ def test_usage_refuses_a_tree_deeper_than_it_walks(volume: str) -> None:
     with pytest.raises(PathRefused) as refused:
         storage.usage(volume)
     assert refused.value.code == "too_deep"
+
+
+def test_an_upload_abandoned_by_a_killed_console_is_swept_by_the_next_measurement(volume: str) -> None:
+    # What a kill -9 in the middle of an upload leaves: its temporary file, no longer written to.
+    abandoned = Path(volume, f"{storage_paths.UPLOAD_PREFIX}dead")
+    abandoned.write_bytes(b"x" * 1000)
+    old = time.time() - storage_paths.STALE_UPLOAD_SECONDS - 60
+    os.utime(abandoned, (old, old))
+    in_progress = Path(volume, f"{storage_paths.UPLOAD_PREFIX}live")
+    in_progress.write_bytes(b"y" * 10)
+    Path(volume, "kept.txt").write_bytes(b"z" * 5)
+    assert storage.usage(volume) == 15
+    assert not abandoned.exists() and in_progress.exists()
