@@ -230,14 +230,42 @@ def kill_container_processes(container: str, root: Path = CGROUP_ROOT) -> bool |
     if not _engine_cgroups_visible(root):
         return None
     for _ in range(_KILL_ROUNDS):
+        groups = container_cgroups(container, root)
         pids: set[int] = set()
-        for group in container_cgroups(container, root):
+        for group in groups:
             with suppress(OSError):
                 pids |= {int(pid) for pid in (group / "cgroup.procs").read_text().split()}
         if not pids:
             return True
+        # Frozen first: a shell whose child is killed before it would otherwise run its next command
+        # (output, a new child) in the moment before its own SIGKILL lands.
+        _set_frozen(groups, frozen=True)
         for pid in pids:
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        _set_frozen(groups, frozen=False)  # a frozen task dies of its pending SIGKILL once thawed, running nothing
         time.sleep(0.1)  # a process forking while it is killed shows its children on the next read
     return False
+
+
+def _set_frozen(groups: list[Path], *, frozen: bool) -> None:
+    """Freeze or thaw every freezer of `groups` (cgroup v1 `freezer.state`, v2 `cgroup.freeze`) that exists."""
+    for group in groups:
+        for name, value in (
+            ("freezer.state", "FROZEN" if frozen else "THAWED"),
+            ("cgroup.freeze", "1" if frozen else "0"),
+        ):
+            with suppress(OSError):
+                (group / name).write_text(value)
+    if frozen:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and any(_freezing(group) for group in groups):
+            time.sleep(0.01)
+
+
+def _freezing(group: Path) -> bool:
+    """Whether a v1 freezer of `group` is still on its way to FROZEN (v2 needs no wait: fatal signals pass a freeze)."""
+    try:
+        return (group / "freezer.state").read_text().strip() == "FREEZING"
+    except OSError:
+        return False
