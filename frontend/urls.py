@@ -6,7 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from frontend import views
-from frontend.views import images, inventory, jobs, presets, volumes
+from frontend.views import images, inventory, jobs, launch, presets, volumes
 
 app_name = "frontend"
 urlpatterns = [
@@ -29,7 +29,7 @@ urlpatterns = [
     path("t/<str:tenant>/queue/", jobs.queue, name="queue"),
     path("t/<str:tenant>/workloads/", jobs.workloads, name="workloads"),
     path("t/<str:tenant>/workloads/<int:pk>/", jobs.workload, name="workload"),
-    path("t/<str:tenant>/launch/", jobs.launch, name="launch"),
+    path("t/<str:tenant>/launch/", launch.launch, name="launch"),
     path("t/<str:tenant>/storage/", volumes.storage, name="storage"),
     path("t/<str:tenant>/storage/<int:pk>/", volumes.volume, name="volume"),
     path("t/<str:tenant>/storage/<int:pk>/download/", volumes.download, name="volume_download"),
