@@ -13,10 +13,18 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PYTEST_ARGS ?=
+# `make run PORT=8080 HOST=0.0.0.0 DEMO=1`: where the console listens (default GPUCLOUD_PORT, else 8000, on
+# GPUCLOUD_HOST, else 127.0.0.1), and DEMO=1 adds the simulated demo fleet (`gpucloud up --demo`).
+PORT ?=
+HOST ?=
+DEMO ?=
+UP_ARGS = $(strip $(if $(PORT),--port $(PORT)) $(if $(HOST),--host $(HOST)) $(if $(filter-out 0,$(DEMO)),--demo))
 
 PY_STAMP := $(VENV)/.gpucloud-installed
 NPM_STAMP := node_modules/.gpucloud-installed
-PIP := $(VENV)/bin/python -m pip --disable-pip-version-check --quiet
+PIP := $(VENV)/bin/python -m pip --disable-pip-version-check
+# pip's own output, a few hundred lines, condensed into a few lines of progress (tools/install_progress.py).
+PIP_PROGRESS := $(VENV)/bin/python tools/install_progress.py
 
 # Production-like settings for `make deploy-check`; the secret is generated on
 # each run and never written anywhere.
@@ -30,8 +38,9 @@ DEPLOY_ENV := DEBUG=0 \
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-run: env assets ## serve the console on http://127.0.0.1:8000 (embedded mode, data in ./data)
-	exec $(VENV)/bin/gpucloud up
+run: env assets ## serve the console on http://127.0.0.1:8000 (PORT=, HOST=, DEMO=1; embedded mode, data in ./data)
+	@echo "Starting the console: gpucloud up $(UP_ARGS)"
+	@exec $(VENV)/bin/gpucloud up $(UP_ARGS)
 
 # Distributed settings (REDIS_URL set) require a SECRET_KEY; a test run gets a
 # throwaway one unless the caller brings their own.
@@ -57,10 +66,12 @@ define python_env
 	@test -x $(VENV)/bin/python || { echo "Creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	@want="$(1) $$(cat $(1) pyproject.toml | sha256sum | cut -d' ' -f1)"; \
 	if [[ "$$(cat $(PY_STAMP) 2>/dev/null)" != "$$want" ]]; then \
-		echo "Installing $(1) into $(VENV)"; \
+		total=$$(grep -c '^[a-z0-9]' $(1)); \
+		echo "Installing $(1) into $(VENV): $$total Python packages (a minute or two the first time)"; \
 		rm -f $(PY_STAMP); \
-		$(PIP) install -r $(1); \
-		$(PIP) install --no-deps -e .; \
+		$(PIP) install --progress-bar off -r $(1) | $(PIP_PROGRESS) --total $$total; \
+		echo "  installing gpucloud itself (editable)"; \
+		$(PIP) install --quiet --no-deps -e .; \
 		echo "$$want" > $(PY_STAMP); \
 	fi
 endef
@@ -76,8 +87,8 @@ env-dev: ## virtual environment with the runtime and development dependencies
 node-env:
 	@want="$$(sha256sum package-lock.json | cut -d' ' -f1)"; \
 	if [[ "$$(cat $(NPM_STAMP) 2>/dev/null)" != "$$want" ]]; then \
-		echo "Installing package-lock.json into node_modules"; \
-		npm ci --ignore-scripts --no-audit --no-fund --loglevel=error; \
+		echo "Installing the browser packages of package-lock.json into node_modules (npm ci)"; \
+		npm ci --ignore-scripts --no-audit --no-fund --loglevel=notice; \
 		echo "$$want" > $(NPM_STAMP); \
 	fi
 

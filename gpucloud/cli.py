@@ -1,7 +1,9 @@
 """The `gpucloud` command.
 
-gpucloud up              migrate, collect static files, create the first operator,
-                         and serve the console with its workers in one process
+gpucloud up              migrate, collect static files, create the first operator, register
+                         this machine as node `local` (first start), and serve the console
+                         with its workers in one process; --demo adds the simulated demo fleet
+gpucloud demo            add the simulated demo fleet (nodes, pool, tenant, queued jobs) to the database
 gpucloud serve           serve the web process only (distributed deployments)
 gpucloud worker          run a Celery worker (controller), optionally with beat
 gpucloud agent --node N  run the agent of node N: its queue, heartbeat and GPU sampler
@@ -17,7 +19,17 @@ import contextlib
 import os
 import secrets
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpucloud.banner import SignIn
+
+if TYPE_CHECKING:
+    from tenants.context import Actor
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _setup_django() -> None:
@@ -36,28 +48,57 @@ def _serve(host: str, port: int) -> None:
         uvicorn.Server(config).run()
 
 
-def _ensure_first_operator() -> None:
-    """Create the first operator when none exists; print a generated password once."""
+def _say(message: str) -> None:
+    """Print one line of progress at once (the console's log follows; nothing is buffered)."""
+    print(message, flush=True)
+
+
+def _ensure_first_operator() -> SignIn:
+    """Create the first operator when no operator exists; return who signs in (with a password generated now)."""
     from django.contrib.auth.models import User
 
     from tenants.context import SYSTEM
     from tenants.services import create_operator
 
-    if User.objects.filter(is_staff=True).exists():
-        return
     username = os.environ.get("GPUCLOUD_ADMIN_USERNAME") or "admin"
     password = os.environ.get("GPUCLOUD_ADMIN_PASSWORD") or ""
+    existing = User.objects.filter(is_staff=True, is_active=True).order_by("pk").first()
+    if existing is not None:
+        return SignIn(existing.get_username(), from_environment=bool(password) and existing.username == username)
     generated = not password
     if generated:
         password = secrets.token_urlsafe(18)
     create_operator(actor=SYSTEM, username=username, password=password)
-    if generated:
-        print(
-            f"\n  First operator account created: {username} / {password}\n  This password is shown only once.\n",
-            flush=True,
-        )
-    else:
-        print(f"First operator account created: {username} (password from GPUCLOUD_ADMIN_PASSWORD).", flush=True)
+    return SignIn(username, password=password if generated else None, from_environment=not generated, created=True)
+
+
+def _operator() -> Actor:
+    """Return the first active operator as the actor of what the command line sets up; exits when there is none."""
+    from django.contrib.auth.models import User
+
+    from tenants.context import Actor
+
+    user = User.objects.filter(is_staff=True, is_active=True).order_by("pk").first()
+    if user is None:
+        raise SystemExit("No operator yet: start the console once (gpucloud up) or run gpucloud createoperator NAME.")
+    return Actor(user=user)
+
+
+def _prepare_database() -> None:
+    """Apply migrations and collect static files, saying so when there is work (the first start takes seconds)."""
+    from django.core.management import call_command
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    started = time.monotonic()
+    if pending:
+        _say(f"Preparing the database: {len(pending)} migrations ...")
+    call_command("migrate", interactive=False, verbosity=0)
+    call_command("collectstatic", interactive=False, verbosity=0)
+    if pending:
+        _say(f"  database ready in {time.monotonic() - started:.0f} s")
 
 
 def _reconcile_now() -> None:
@@ -74,28 +115,70 @@ def cmd_up(args: argparse.Namespace) -> None:
     """Run the whole console in one process: the embedded default."""
     _setup_django()
     from django.conf import settings
+
+    from gpucloud import banner
+
+    _prepare_database()
+    sign_in = _ensure_first_operator()
+    this_machine, demo = "", "not added; `gpucloud demo` (or the button on Operate → Cluster) adds simulated GPUs"
+    if settings.EMBEDDED:
+        this_machine = _start_embedded()
+    if args.demo:
+        demo = _add_demo()
+    warnings = _address_warnings(args.host)
+    url = banner.console_url(args.host, args.port)
+    _say(banner.render(url=url, sign_in=sign_in, this_machine=this_machine, demo=demo, warnings=warnings))
+    _serve(args.host, args.port)
+
+
+def _start_embedded() -> str:
+    """Start the workers, beat and this machine's agent in this process; return what this machine serves as."""
+    from django.conf import settings
+
+    from gpucloud import embedded, local_node
+    from gpucloud.celery import app
+    from inventory.agent.config import config_from_settings
+    from inventory.agent.runner import start_reporter
+    from inventory.models import agent_queue_for
+
+    plan = local_node.plan(root=ROOT, say=_say)
+    # The agent of this machine's node runs here too, on its own queue.
+    agent = config_from_settings(process_enabled=local_node.process_enabled(plan))
+    embedded.start_workers(app, agent_queue=agent_queue_for(agent.node))
+    embedded.start_beat(app, schedule_file=settings.DATA_DIR / "celerybeat-schedule")
+    _reconcile_now()
+    start_reporter(agent)
+    return local_node.register(plan, actor=_operator(), node=agent.node)
+
+
+def _add_demo() -> str:
+    from jobs.services.demo import add_demo_fleet
+
+    _say("Adding the simulated demo fleet ...")
+    return add_demo_fleet(actor=_operator()).summary()
+
+
+def _address_warnings(host: str) -> list[str]:
+    """Say what a console bound beyond loopback still needs before other machines can use it."""
+    from django.conf import settings
+
+    from gpucloud.env import loopback_only
+
+    if loopback_only([host]) or not loopback_only(settings.ALLOWED_HOSTS):
+        return []
+    return [
+        f"listening on {host}, but ALLOWED_HOSTS names loopback only: set ALLOWED_HOSTS to the name other machines "
+        "type (and GPUCLOUD_HTTPS=0 over plain HTTP); see docs/deploy.md"
+    ]
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    """Add the simulated demo fleet to the console's database (a running console schedules it at once)."""
+    _setup_django()
     from django.core.management import call_command
 
-    from gpucloud import embedded
-    from gpucloud.celery import app
-
     call_command("migrate", interactive=False, verbosity=0)
-    call_command("collectstatic", interactive=False, verbosity=0)
-    _ensure_first_operator()
-    if settings.EMBEDDED:
-        from inventory.agent.config import config_from_settings
-        from inventory.agent.runner import start_reporter
-        from inventory.models import agent_queue_for
-
-        # The agent of this machine's node runs here too, on its own queue.
-        agent = config_from_settings()
-        embedded.start_workers(app, agent_queue=agent_queue_for(agent.node))
-        embedded.start_beat(app, schedule_file=settings.DATA_DIR / "celerybeat-schedule")
-        _reconcile_now()
-        start_reporter(agent)
-        print(f"Embedded agent of node {agent.node!r}: register a node of that name to use this machine.", flush=True)
-    print(f"gpucloud console on http://{args.host}:{args.port}", flush=True)
-    _serve(args.host, args.port)
+    _say(_add_demo())
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
@@ -167,8 +250,20 @@ def _parser() -> argparse.ArgumentParser:
         ("serve", "serve the web process"),
     ):
         sub = commands.add_parser(name, help=help_text)
-        sub.add_argument("--host", default=os.environ.get("GPUCLOUD_HOST", "127.0.0.1"))
-        sub.add_argument("--port", type=int, default=int(os.environ.get("GPUCLOUD_PORT", "8000")))
+        sub.add_argument(
+            "--host",
+            default=os.environ.get("GPUCLOUD_HOST", "127.0.0.1"),
+            help="address to listen on (default: GPUCLOUD_HOST, else 127.0.0.1; 0.0.0.0 for every address)",
+        )
+        sub.add_argument(
+            "--port",
+            type=int,
+            default=int(os.environ.get("GPUCLOUD_PORT", "8000")),
+            help="port to listen on (default: GPUCLOUD_PORT, else 8000)",
+        )
+        if name == "up":
+            sub.add_argument("--demo", action="store_true", help="also add the simulated demo fleet (gpucloud demo)")
+    commands.add_parser("demo", help="add the simulated demo fleet: GPU nodes, a pool, a tenant and queued jobs")
     worker = commands.add_parser("worker", help="run a Celery worker")
     worker.add_argument(
         "--queues",
@@ -215,5 +310,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         "worker": cmd_worker,
         "agent": cmd_agent,
         "createoperator": cmd_createoperator,
+        "demo": cmd_demo,
     }
     handlers[args.command](args)

@@ -3,11 +3,20 @@
 The same task functions run as in a distributed deployment; only the
 transport differs (Celery's in-process `memory://` broker). Starting a full
 `app.Worker` in a thread is avoided because it takes over signal handling.
+
+It also decides how this machine serves as node `local` (`plan_local_node`):
+the docker runtime with a notebook image built from this host's own files
+when a Docker Engine answers, else the process runtime.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from celery import Celery
@@ -65,3 +74,83 @@ def start_beat(app: Celery, *, schedule_file: Path) -> threading.Thread:
     assert isinstance(beat, threading.Thread)
     beat.start()
     return beat
+
+
+DOCKER_INFO_TIMEOUT = 15
+IMAGE_BUILD_TIMEOUT = 600
+BUILD_SCRIPT = Path(".ci") / "build-notebook-image"
+
+
+@dataclass(frozen=True)
+class LocalNodePlan:
+    """How this machine serves as a node: `runtime` docker or process, or None (not registered), and why."""
+
+    runtime: str | None
+    why: str
+    image: str = ""
+
+    @property
+    def notebook_command(self) -> list[str]:
+        """The Jupyter command notebooks on this node run: the image's python3, or this very interpreter."""
+        return ["python3", "-m", "jupyterlab"] if self.runtime == "docker" else [sys.executable, "-m", "jupyterlab"]
+
+
+def docker_problem() -> str | None:
+    """Return why no Docker Engine answers here (no docker CLI, `docker info` fails), or None when one does."""
+    cli = shutil.which("docker")
+    if cli is None:
+        return "no docker command"
+    try:
+        # The CLI honours DOCKER_HOST as the agent's SDK does: the same engine answers both.
+        result = subprocess.run(  # noqa: S603 -- a fixed command, no shell
+            [cli, "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=DOCKER_INFO_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        return f"`docker info` did not answer within {DOCKER_INFO_TIMEOUT} s"
+    if result.returncode != 0:
+        return "`docker info` failed: " + (result.stderr.strip().splitlines() or ["no output"])[-1]
+    return None
+
+
+def build_notebook_image(image: str, *, root: Path) -> str | None:
+    """Build `image` from this host's Python and the console's JupyterLab (nothing is pulled); return why not, or None.
+
+    Runs `.ci/build-notebook-image` of the checkout at `root`, which does
+    nothing when the image exists. Only a checkout has the script, and only
+    a Debian-like host with Python 3.11 can fill the image.
+    """
+    script = root / BUILD_SCRIPT
+    if not script.is_file():
+        return f"no {BUILD_SCRIPT} here (not a checkout)"
+    environ = {**os.environ, "VENV_PYTHON": sys.executable}
+    try:
+        result = subprocess.run(  # noqa: S603 -- the checkout's own script, no shell
+            [str(script), image], capture_output=True, text=True, timeout=IMAGE_BUILD_TIMEOUT, env=environ
+        )
+    except subprocess.TimeoutExpired:
+        return f"building {image} took more than {IMAGE_BUILD_TIMEOUT} s"
+    if result.returncode != 0:
+        return f"building {image} failed: " + (result.stderr.strip().splitlines() or ["no output"])[-1]
+    return None
+
+
+def plan_local_node(mode: str, *, process_allowed: bool, image: str, root: Path) -> LocalNodePlan:
+    """Decide how this machine serves as a node for `mode` (auto, docker, process or off).
+
+    `auto` takes docker when an engine answers and the notebook image could
+    be built (or exists), else the process runtime when `process_allowed`
+    (GPUCLOUD_AGENT_PROCESS_RUNTIME not set to off). May take a few seconds:
+    it asks the engine and may build the image.
+    """
+    if mode == "off":
+        return LocalNodePlan(None, "GPUCLOUD_LOCAL_NODE=off")
+    problem = None
+    if mode in ("auto", "docker"):
+        problem = docker_problem() or build_notebook_image(image, root=root)
+        if problem is None:
+            return LocalNodePlan("docker", f"Docker Engine, notebook image {image} built on this machine", image)
+    if mode in ("auto", "process") and process_allowed:
+        return LocalNodePlan("process", "process runtime: NOT isolated, for development only")
+    if mode == "process":
+        return LocalNodePlan(None, "GPUCLOUD_AGENT_PROCESS_RUNTIME is off, so the process runtime is not allowed")
+    return LocalNodePlan(None, problem or "no runtime available")

@@ -14,7 +14,9 @@ from django.utils import timezone
 from common import control
 from common.control import CoalescingTask
 from inventory import mailbox, selectors, services
+from inventory.agent.reporter import node_gpu_group
 from inventory.agent.simulated import simulated_reports
+from inventory.agent.transport import publish_samples
 from inventory.services.rollups import purge_expired_minutes
 
 HEARTBEAT_LOCK = "inventory:apply-heartbeats"
@@ -72,8 +74,12 @@ def apply_waiting_reports(*, wait_seconds: float) -> int | None:
 
 @shared_task(name="inventory.heartbeat_simulated_nodes", base=CoalescingTask)
 def heartbeat_simulated_nodes() -> int:
-    """Report for the simulated nodes, which have no agent process of their own."""
-    return services.record_heartbeats(simulated_reports(selectors.simulated_nodes_to_heartbeat()))
+    """Report for the simulated nodes, which have no agent process of their own, and publish their samples
+    to the live views as an agent does, so the demo fleet's charts and heatmap move."""
+    reports = simulated_reports(selectors.simulated_nodes_to_heartbeat())
+    for report in reports:
+        publish_samples(node_gpu_group(report["node"]), report["samples"])
+    return services.record_heartbeats(reports)
 
 
 @shared_task(name="inventory.check_nodes", base=CoalescingTask)

@@ -95,6 +95,8 @@ def _environment(code: Path, run_dir: Path, extra: dict[str, str]) -> dict[str, 
         GPUCLOUD_DATA_DIR=str(run_dir / "data"),
         GPUCLOUD_AGENT_PROCESS_RUNTIME="1",
         GPUCLOUD_AGENT_PULL_IMAGES="0",
+        # The harness registers its nodes itself: a first `gpucloud up` must not register `local` before it.
+        GPUCLOUD_LOCAL_NODE="off",
         # Jupyter from the suite's own interpreter: the process runtime gives workloads a minimal PATH.
         NOTEBOOK_COMMAND=f"{PYTHON},-m,jupyterlab",
     )

@@ -43,13 +43,15 @@ class Run:
 
 
 @contextmanager
-def console(data_dir: Path, **extra: str) -> Iterator[Run]:
-    """Run `gpucloud up` in embedded mode on a free port until the block ends."""
+def console(data_dir: Path, *, extra_args: list[str] | None = None, **extra: str) -> Iterator[Run]:
+    """Run `gpucloud up` (with `extra_args`) in embedded mode on a free port until the block ends."""
     port = _free_port()
     environ = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "GPUCLOUD_ADMIN_PASSWORD")}
-    environ.update(GPUCLOUD_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1", **extra)
+    # This machine becomes a process-runtime node unless a test asks otherwise: no Docker Engine is asked.
+    environ.update(GPUCLOUD_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1", GPUCLOUD_LOCAL_NODE="process")
+    environ.update(extra)
     process = subprocess.Popen(
-        [sys.executable, "-c", "from gpucloud.cli import main; main()", "up", "--port", str(port)],
+        [sys.executable, "-c", "from gpucloud.cli import main; main()", "up", "--port", str(port), *(extra_args or [])],
         cwd=ROOT,
         env=environ,
         stdout=subprocess.PIPE,
@@ -92,14 +94,16 @@ def test_up_serves_the_console_and_creates_the_operator_once(tmp_path: Path) -> 
         assert stylesheet, "the login page links its stylesheet"
         assert _get(f"{base}{stylesheet.group(1).decode()}")[0] == 200
         assert _get(f"{base}/api/v1/me/")[0] == 401
-    match = re.search(r"First operator account created: admin / (\S+)", first.output)
+    assert "first operator account created" in first.output
+    match = re.search(r"User name: +admin\n +Password: +(\S+)\n", first.output)
     assert match, first.output
     assert len(match.group(1)) >= 16
     assert (tmp_path / "gpucloud.sqlite3").exists()
 
     with console(tmp_path) as second:
         assert _get(f"{second.base}/healthz")[0] == 200
-    assert "First operator" not in second.output, "a second start must reuse the existing account"
+    assert "first operator account created" not in second.output, "a second start must reuse the existing account"
+    assert "User name:    admin" in second.output and "printed at the first start" in second.output
 
 
 def test_up_takes_the_operator_password_from_the_environment(tmp_path: Path) -> None:
@@ -108,7 +112,7 @@ def test_up_takes_the_operator_password_from_the_environment(tmp_path: Path) -> 
     ) as run:
         pass
     output = run.output
-    assert "First operator account created: root-op (password from GPUCLOUD_ADMIN_PASSWORD)" in output
+    assert "User name:    root-op" in output and "Password:     the one in GPUCLOUD_ADMIN_PASSWORD" in output
     assert "a-long-enough-passphrase" not in output
 
 
@@ -121,5 +125,5 @@ def test_up_stays_quiet_so_the_address_and_the_password_stay_on_screen(tmp_path:
     lines = [line for line in run.output.splitlines() if line.strip() and '"GET ' not in line]
     assert not [line for line in lines if "jobs.schedule_pass" in line or "apply_heartbeats" in line], lines
     assert len(lines) <= 24, "\n".join(lines)
-    assert any("First operator account created" in line for line in lines)
+    assert any("first operator account created" in line for line in lines)
     assert any(f"gpucloud console on {run.base}" in line for line in lines)
