@@ -188,6 +188,13 @@ class Replica(TenantOwnedModel):
     last line the agent shipped, as its exit report says ("" until then): a
     replica over with `log_cursor` short of it lost a batch on the way, and
     its output is read again from `log_cursor` (`jobs.services.reconcile`).
+
+    When the node had to pull the image to start it, `pull_started_at` and
+    `pull_finished_at` say when (the latter None while it pulls, or when the
+    start came before the pull's last report), and `pull_progress` holds the
+    latest `PullProgress` the agent reported, as JSON (`image`, `began_at`,
+    `seconds`, `layers_done`, `layers_total`, `bytes_done`, `bytes_total`,
+    `done`); all stay empty when the image was already there.
     """
 
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="replica_runs")
@@ -206,6 +213,9 @@ class Replica(TenantOwnedModel):
     started_at = models.DateTimeField(null=True, blank=True)
     ready_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    pull_started_at = models.DateTimeField(null=True, blank=True)
+    pull_finished_at = models.DateTimeField(null=True, blank=True)
+    pull_progress = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["workload_id", "attempt", "index"]

@@ -36,6 +36,12 @@ def replica_started(workload_id: int, attempt: int, replica: int, handle: dict[s
     )
 
 
+@shared_task(name="jobs.replica_pulling", ignore_result=True, **REPORT_RETRY)
+def replica_pulling(workload_id: int, attempt: int, replica: int, **progress: Any) -> bool:
+    """An agent is pulling a replica's image as part of its start, or finished (`progress`: its `PullProgress`)."""
+    return replicas.record_replica_pulling(workload_id=workload_id, attempt=attempt, replica=replica, progress=progress)
+
+
 @shared_task(name="jobs.replica_ready", ignore_result=True, **REPORT_RETRY)
 def replica_ready(workload_id: int, attempt: int, replica: int) -> bool:
     """A notebook's Jupyter server answered its status URL."""

@@ -10,7 +10,10 @@ they fail, which is how CI proves they ran against the real thing. `sshfs`
 (sshfs, sshd and FUSE, to serve a real shared filesystem on 127.0.0.1) is
 required wherever `docker` is: its tests need both, and CI installs both. Docker tests
 run the image `test_image` names, built from busybox-static by
-.ci/build-test-image when it is missing; nothing is ever pulled.
+.ci/build-test-image when it is missing; nothing is ever pulled from outside.
+`registry` (Debian's docker-registry, serving a private registry on
+127.0.0.1: tests/jobs/registry.py) is likewise required wherever `docker` is:
+the tests of image pulls push to it and pull from it.
 """
 
 from __future__ import annotations
@@ -35,10 +38,13 @@ from inventory.models import NodePool
 from tenants.context import Actor
 from tenants.models import Membership, Project, Tenant, TenantQuota
 from tenants.scoping import deactivate_tenant
+from tests.jobs.registry import registry_missing
 
 PASSWORD = "correct-horse-battery-staple"
 REQUIRED = {s.strip() for s in os.environ.get("GPUCLOUD_REQUIRE_SERVICES", "").split(",") if s.strip()}
-SERVICES = ("postgres", "redis", "browser", "docker", "traces", "sshfs")
+SERVICES = ("postgres", "redis", "browser", "docker", "traces", "sshfs", "registry")
+# Services required wherever another is required: their tests need both, and CI installs both.
+REQUIRED_WITH = {"registry": "docker"}
 SSHFS_TOOLS = ("sshfs", "sshd", "ssh-keygen", "fusermount3")
 TEST_IMAGE = "gpucloud-test/busybox:latest"
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,6 +89,8 @@ def _missing(service: str) -> str | None:
         return f"no cluster traces at {TRACES} (set GPUCLOUD_TRACES_DIR)"
     if service == "sshfs":
         return sshfs_missing()
+    if service == "registry":
+        return registry_missing()
     return None
 
 
@@ -108,6 +116,7 @@ def as_root() -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sshfs: serves a real shared filesystem over sshd and mounts it with sshfs")
+    config.addinivalue_line("markers", "registry: serves a private image registry on 127.0.0.1 (docker-registry)")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -117,7 +126,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         reason = _missing(service)
         if reason is None:
             continue
-        if service in REQUIRED:
+        if service in REQUIRED or REQUIRED_WITH.get(service) in REQUIRED:
             pytest.fail(f"{service} is required (GPUCLOUD_REQUIRE_SERVICES) but missing: {reason}", pytrace=False)
         pytest.skip(f"{service} unavailable: {reason}")
 

@@ -4,6 +4,9 @@ The controller sends JSON messages (`jobs.services.execution.replica_spec`,
 `jobs.services.stopping.stop_message`); this module turns them into driver
 calls and reports back with tasks on the `control` queue:
 
+- `jobs.replica_pulling` while the runtime pulls the replica's image as
+  part of its start (about once a second, and when the pull is done; see
+  `pulls`);
 - `jobs.replica_started` (handle, endpoint) once the runtime started or
   adopted the replica;
 - `jobs.replica_ready` once a notebook's Jupyter answers its status URL;
@@ -21,8 +24,9 @@ arrived (the queue has several worker threads) is remembered, and the late
 start is answered with an exit instead of a new container.
 
 The parts live next to this module: `outbox` (how reports leave),
-`replicas` (the messages as driver inputs), `outages` (runtimes that cannot
-be reached) and `watcher` (one replica followed to its end). Their public
+`pulls` (image pull progress, sent beside the start), `replicas` (the
+messages as driver inputs), `outages` (runtimes that cannot be reached)
+and `watcher` (one replica followed to its end). Their public
 names are re-exported here.
 """
 
@@ -37,6 +41,7 @@ from typing import Any
 from inventory.agent.config import AgentConfig, active_config, config_from_settings
 from inventory.agent.outages import OUTPUT_GAP_NOTE, RECOVERY_POLL_SECONDS, RuntimeOutages
 from inventory.agent.outbox import OUTBOX_CAPACITY, REPORT_PUBLISH_RETRY, SHIP_SECONDS, LogOutbox, report
+from inventory.agent.pulls import PullReports
 from inventory.agent.replicas import CALL_TIMEOUT, ReplicaRef, driver_spec
 from inventory.agent.watcher import BATCH_LINES, BATCH_SECONDS, FOLLOW_TIMEOUT, READY_TIMEOUT, Watcher
 from inventory.drivers import make_runtime
@@ -82,6 +87,7 @@ class Executor:
         # Where reports go: the controller's queue; tests inject a transport that loses them (a crashed agent).
         self._send: Callable[..., None] = send or report
         self.outbox = LogOutbox(self._send)
+        self.pulls = PullReports(self._send)
         self._runtimes: dict[tuple[str, str], Runtime] = {}
         self._watchers: dict[str, threading.Thread] = {}
         self._followers: dict[str, Watcher] = {}  # the watcher each of those threads runs
@@ -91,8 +97,9 @@ class Executor:
         self._lock = threading.Lock()
 
     def report(self, task: str, **kwargs: Any) -> None:
-        """Send one report to the controller, after the log batches waiting before it."""
+        """Send one report to the controller, after the log batches and pull reports waiting before it."""
         self.outbox.flush()
+        self.pulls.flush()
         self._send(task, **kwargs)
 
     def runtime(self, kind: str, node: str) -> Runtime:
@@ -162,7 +169,7 @@ class Executor:
     def _start(self, ref: ReplicaRef, spec: dict[str, Any]) -> None:
         runtime = self.runtime(ref.runtime, ref.node)
         try:
-            handle = runtime.start(driver_spec(spec), timeout=START_TIMEOUT)
+            handle = runtime.start(driver_spec(spec), timeout=START_TIMEOUT, on_pull=self.pulls.listener(ref))
         except TransientDriverError as error:
             # Slow or unreachable right now (a busy host): the replica may well be running. It is adopted
             # if it exists; otherwise nothing is reported, and reconcile sends the start again until the

@@ -20,7 +20,7 @@ runtime starts anything, and seen inside the sandbox at `target`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -224,12 +224,49 @@ class RuntimeInfo:
     memory_mb: int | None = None
 
 
+@dataclass(frozen=True)
+class PullProgress:
+    """How far the pull of an image that `start` found missing has got, as a runtime reports it.
+
+    `layers_*` count the image's layers (`layers_total` grows as the
+    manifest's layers become known; a layer already present counts as done);
+    `bytes_*` add up what the layers being downloaded report (0 total when
+    nothing said its size yet); `seconds` have passed since the pull began
+    (a monotonic clock on the node), and `began_at` is when it began (the
+    node's wall clock, seconds since the epoch), which tells one pull from a
+    later retry. `done` is set on the last report of a pull that succeeded.
+    """
+
+    image: str
+    began_at: float
+    seconds: float = 0.0
+    layers_done: int = 0
+    layers_total: int = 0
+    bytes_done: int = 0
+    bytes_total: int = 0
+    done: bool = False
+
+
+PullListener = Callable[[PullProgress], None]
+"""What `Runtime.start` calls while it pulls a missing image (see `start`); it must return quickly."""
+
+
 @runtime_checkable
 class Runtime(Protocol):
     """A node runtime: six calls, each bounded by `timeout` seconds."""
 
-    def start(self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT) -> Handle:
+    def start(
+        self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT, on_pull: PullListener | None = None
+    ) -> Handle:
         """Start `spec`, or adopt the existing workload of the same name; return its handle.
+
+        A runtime that pulls a missing image as part of the start (docker)
+        calls `on_pull` when the pull begins, about once a second while it
+        runs, and once with `done` when it is over; the pull counts against
+        `timeout` like the rest of the start. It never calls it for an image
+        it already has, and a runtime that pulls nothing never calls it.
+        What the listener raises is logged and ignored: a report that could
+        not be sent does not fail a start.
 
         Raises PermanentDriverError when the spec or image is refused,
         TransientDriverError when the runtime cannot be reached.

@@ -18,10 +18,18 @@ import docker
 import docker.errors
 
 from inventory.drivers import policy
-from inventory.drivers.base import PermanentDriverError, RunAs, TransientDriverError, WorkloadSpec, WorkloadStatus
+from inventory.drivers.base import (
+    PermanentDriverError,
+    PullListener,
+    RunAs,
+    TransientDriverError,
+    WorkloadSpec,
+    WorkloadStatus,
+)
 from inventory.drivers.docker_config import container_config
 from inventory.drivers.docker_engine import Budget, kill_container_processes, status_from
 from inventory.drivers.docker_networks import TenantNetworks
+from inventory.drivers.docker_pull import pull_image
 from inventory.drivers.storage import prepare_mounts
 
 LOST_RUN_NOTE = (
@@ -68,8 +76,13 @@ class Containers:
 
     # --- start ----------------------------------------------------------------
 
-    def create_and_start(self, spec: WorkloadSpec, network: str, budget: Budget) -> dict[str, Any]:
+    def create_and_start(
+        self, spec: WorkloadSpec, network: str, budget: Budget, on_pull: PullListener | None = None
+    ) -> dict[str, Any]:
         """Adopt or create the container of `spec` and start it unless it already ran; return its attributes.
+
+        Creating it pulls its image first when the engine lacks it (and
+        pulling is on), telling `on_pull` how the pull goes (`pull_image`).
 
         An engine that dies in the middle of a start can leave containerd
         running the container while the engine, restarted, still lists it as
@@ -82,7 +95,7 @@ class Containers:
         found = self.inspect(spec.name, budget)
         adopted = found is not None
         if found is None:
-            found = self._create(spec, network, budget)
+            found = self._create(spec, network, budget, on_pull)
         self._check_identity(found, spec)
         if (found.get("State") or {}).get("Status") != "created":
             return found
@@ -176,7 +189,9 @@ class Containers:
 
     # --- create -----------------------------------------------------------------
 
-    def _create(self, spec: WorkloadSpec, network: str, budget: Budget) -> dict[str, Any]:
+    def _create(
+        self, spec: WorkloadSpec, network: str, budget: Budget, on_pull: PullListener | None = None
+    ) -> dict[str, Any]:
         """Create the container; on a name conflict (a concurrent start) return the winner's attributes.
 
         Its volume directories are prepared first (made when missing, owned
@@ -194,7 +209,7 @@ class Containers:
             publish_address=settings.publish_address,
         )
         try:
-            created = self._create_pulling(config, budget)
+            created = self._create_pulling(config, budget, on_pull)
         except docker.errors.APIError as error:
             if error.status_code != 409:
                 raise
@@ -218,7 +233,8 @@ class Containers:
                 return found
             time.sleep(0.05)
 
-    def _create_pulling(self, config: dict[str, Any], budget: Budget) -> dict[str, Any]:
+    def _create_pulling(self, config: dict[str, Any], budget: Budget, on_pull: PullListener | None) -> dict[str, Any]:
+        """Create the container from `config`; pull its image first if the engine lacks it and pulling is on."""
         try:
             created: dict[str, Any] = self._api(budget).create_container(**config)
         except docker.errors.ImageNotFound as error:
@@ -226,7 +242,7 @@ class Containers:
                 raise PermanentDriverError(
                     f"image {config['image']} is not on this node and pulling is off", code="image_not_found"
                 ) from error
-            self._api(budget).pull(config["image"])
+            pull_image(self._api(budget), config["image"], budget, on_pull)
             created = self._api(budget).create_container(**config)
         return created
 

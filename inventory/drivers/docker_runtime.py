@@ -43,6 +43,7 @@ from inventory.drivers.base import (
     Handle,
     LogLine,
     ManagedWorkload,
+    PullListener,
     RuntimeInfo,
     WorkloadSpec,
     WorkloadStatus,
@@ -119,7 +120,9 @@ class DockerRuntime:
 
     # --- start ----------------------------------------------------------------
 
-    def start(self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT) -> Handle:
+    def start(
+        self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT, on_pull: PullListener | None = None
+    ) -> Handle:
         """Create and start the container of `spec`, or adopt the one of the same name; return its handle.
 
         With a service port, the handle's `endpoint` is where it is
@@ -130,7 +133,11 @@ class DockerRuntime:
         (`storage`) when a volume cannot be prepared; PermanentDriverError `image_not_found` when the image
         is missing (and pulling is off), `name_conflict` when a container
         of that name belongs to another workload; TransientDriverError when
-        the engine cannot be reached.
+        the engine cannot be reached. A missing image is pulled (when
+        `pull_images` is on) within `timeout`, and `on_pull` hears how it goes
+        (see `Runtime.start`); a pull the registry refuses is
+        PermanentDriverError `image_not_found`, one that breaks off
+        TransientDriverError `pull_failed`.
         """
         policy.check_environment(spec.env)
         policy.check_service_port(spec.service_port, spec.service_port_env)
@@ -140,13 +147,13 @@ class DockerRuntime:
         budget = Budget(timeout)
         with engine_errors(f"start {spec.name}"):
             try:
-                found = self._containers.create_and_start(spec, network, budget)
+                found = self._containers.create_and_start(spec, network, budget, on_pull)
             except docker.errors.NotFound as error:
                 # Its network was removed after this runtime last saw it (pruned, or by hand): make it again, once.
                 if not network_missing(error, network):
                     raise
                 self._networks.forget(network)
-                found = self._containers.create_and_start(spec, network, budget)
+                found = self._containers.create_and_start(spec, network, budget, on_pull)
         handle = self._handle(str(found["Id"]), spec)
         endpoint = inspected_endpoint(found, spec.service_port, self.publish_address)
         return handle | {"endpoint": endpoint} if endpoint else handle

@@ -59,6 +59,7 @@ from inventory.drivers.base import (
     LogLine,
     ManagedWorkload,
     PermanentDriverError,
+    PullListener,
     RuntimeInfo,
     WorkloadSpec,
     WorkloadStatus,
@@ -107,7 +108,9 @@ class ProcessRuntime:
 
     # --- start -------------------------------------------------------------------
 
-    def start(self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT) -> Handle:
+    def start(
+        self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT, on_pull: PullListener | None = None
+    ) -> Handle:
         """Launch `spec`'s command under a supervisor, or adopt the workload of that name; return its handle.
 
         With a service port, the handle's `endpoint` is
@@ -117,7 +120,7 @@ class ProcessRuntime:
         (`sandbox.check_sandbox`) is refused (before anything runs), when a
         volume cannot be prepared (`storage`'s errors) or when the name
         belongs to another workload (`name_conflict`); DriverTimeout when
-        the supervisor does not report within `timeout`.
+        the supervisor does not report within `timeout`. Nothing is pulled: `on_pull` is never called.
         """
         self._require_enabled()
         policy.check_environment(spec.env)

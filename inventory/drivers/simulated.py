@@ -35,6 +35,7 @@ from inventory.drivers.base import (
     LogLine,
     ManagedWorkload,
     PermanentDriverError,
+    PullListener,
     RuntimeInfo,
     Stream,
     TransientDriverError,
@@ -129,12 +130,14 @@ class SimulatedRuntime:
         known = node_workloads(self.node).get(str(handle.get("name")))
         return known if known is not None else SimulatedWorkload.from_handle(handle)
 
-    def start(self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT) -> Handle:
+    def start(
+        self, spec: WorkloadSpec, *, timeout: float = DEFAULT_TIMEOUT, on_pull: PullListener | None = None
+    ) -> Handle:
         """Register `spec` as started now, or adopt the registered workload of that name; return its handle.
 
         Nothing runs, so a service port gets no endpoint. Raises
         PermanentDriverError for a refused environment or service port, a
-        bad `simulate.*` label or a name held by another workload.
+        bad `simulate.*` label or a name held by another workload. Nothing is pulled: `on_pull` is never called.
         """
         policy.check_environment(spec.env)
         policy.check_service_port(spec.service_port, spec.service_port_env)
