@@ -4,24 +4,23 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from itertools import groupby
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
-from django.db.models import Case, Count, FloatField, IntegerField, Prefetch, Q, QuerySet, Value, When
-from django.utils import timezone
+from django.db.models import Case, Count, IntegerField, Prefetch, Q, QuerySet, Value, When
 from django.utils.dateparse import parse_datetime
 
-from inventory.choices import GpuHealth, NodeState
+from frontend.heatmap import FleetGlance, fleet_glance
+from inventory.choices import GpuHealth, NodeState, RuntimeKind
 from inventory.models import Gpu, Node, NodeEvent, NodePool
 from inventory.selectors import gpus_for_operators, node_events, nodes_for_operators, pool_capacity, unknown_agents
 from jobs import selectors as job_selectors
 from jobs.choices import ACTIVE_STATES, WorkloadState
 from jobs.models import Allocation, Replica, Workload, WorkloadEvent
+from tenants.choices import Role
 from tenants.context import Actor
-from tenants.models import ApiToken, ProjectQuota, Tenant, TenantQuota
+from tenants.models import ApiToken, Membership, ProjectQuota, Tenant, TenantQuota
 from tenants.selectors import memberships_of_user, own_tokens_within_reach, tenant_summaries
 
 # How many of a node's events its page shows, newest first.
@@ -102,11 +101,6 @@ def gpus_worst_first(*, health: str = "", pool: str = "") -> QuerySet[Gpu]:
     if pool:
         gpus = gpus.filter(node__pool__name=pool)
     return gpus.annotate(health_rank=WORST_FIRST).order_by("health_rank", "node__name", "index")
-
-
-def gpus_of_node(node: Node) -> QuerySet[Gpu]:
-    """Return `node`'s present GPUs by index."""
-    return Gpu.objects.filter(node=node, present=True).order_by("index")
 
 
 def recent_node_events(node: Node) -> list[NodeEvent]:
@@ -244,54 +238,52 @@ def replicas_of_current_attempt(workload: Workload) -> list[Replica]:
 
 
 @dataclass(frozen=True)
-class HeatmapGpu:
-    """One cell of the cluster heatmap: `utilization` is None when the GPU has no recent sample."""
+class OperatorStart:
+    """How far the cloud is set up, step by step, and the fleet at a glance: an operator's start page.
 
-    uuid: str
-    index: int
-    model: str
-    utilization: float | None
-
-
-@dataclass(frozen=True)
-class HeatmapNode:
-    name: str
-    state: str
-    state_label: str
-    gpus: list[HeatmapGpu]
-
-
-@dataclass(frozen=True)
-class HeatmapPool:
-    name: str
-    nodes: list[HeatmapNode]
-
-
-def cluster_heatmap(*, now: datetime | None = None) -> list[HeatmapPool]:
-    """Return every node that is not retired with its present GPUs, by pool name then node name; two queries.
-
-    A GPU's utilization is its latest sample's, or None when that sample is
-    older than the heartbeat timeout (the node stopped reporting): an old
-    figure would read as current.
+    `quota_tenant` and `admin_tenant` name the tenant the quota and admin steps
+    link to: the first by slug still lacking one, else the first tenant (None
+    without tenants); `quotas_done` and `admins_done` say no tenant lacks one.
     """
-    fresh_after = (now or timezone.now()) - timedelta(seconds=settings.NODE_HEARTBEAT_TIMEOUT_SECONDS)
-    nodes = Node.objects.exclude(state=NodeState.RETIRED).order_by("pool__name", "name")
-    rows = nodes.values_list("id", "name", "state", "pool__name")
-    gpus: dict[int, list[HeatmapGpu]] = defaultdict(list)
-    # Freshness is decided in SQL: 8,000 timestamps parsed in Python cost more than the query.
-    recent = Case(When(last_sample_at__gte=fresh_after, then="utilization"), default=None, output_field=FloatField())
-    samples = (
-        Gpu.objects.filter(present=True)
-        .exclude(node__state=NodeState.RETIRED)
-        .order_by("node_id", "index")
-        .values_list("node_id", "uuid", "index", "model", recent)
+
+    pools: int
+    nodes: int
+    ready_nodes: int
+    simulated_nodes: int
+    tenants: int
+    quota_tenant: Tenant | None
+    admin_tenant: Tenant | None
+    quotas_done: bool
+    admins_done: bool
+    fleet: FleetGlance
+
+    @property
+    def steps_left(self) -> int:
+        done = (self.pools, self.ready_nodes, self.tenants, self.quotas_done, self.admins_done)
+        return sum(not step for step in done)
+
+
+def operator_start() -> OperatorStart:
+    """Return the operators' start page: counts of pools, nodes and tenants, which tenant lacks a quota
+    or an admin, and the fleet's GPUs at a glance; a fixed number of queries."""
+    nodes = Node.objects.exclude(state=NodeState.RETIRED).aggregate(
+        total=Count("id"),
+        ready=Count("id", filter=Q(state=NodeState.READY)),
+        simulated=Count("id", filter=Q(runtime=RuntimeKind.SIMULATED)),
     )
-    for node_id, uuid, index, model, utilization in samples:
-        gpus[node_id].append(HeatmapGpu(uuid, index, model, utilization))
-    return [
-        HeatmapPool(
-            pool,
-            [HeatmapNode(name, state, NodeState(state).label, gpus[node_id]) for node_id, name, state, _ in members],
-        )
-        for pool, members in groupby(rows, key=lambda row: row[3])
-    ]
+    tenants = Tenant.objects.order_by("slug")
+    first = tenants.first()
+    no_quota = tenants.exclude(pk__in=TenantQuota.all_tenants.values("tenant_id")).first()
+    no_admin = tenants.exclude(pk__in=Membership.all_tenants.filter(role=Role.ADMIN).values("tenant_id")).first()
+    return OperatorStart(
+        pools=NodePool.objects.count(),
+        nodes=nodes["total"],
+        ready_nodes=nodes["ready"],
+        simulated_nodes=nodes["simulated"],
+        tenants=tenants.count(),
+        quota_tenant=no_quota or first,
+        admin_tenant=no_admin or first,
+        quotas_done=first is not None and no_quota is None,
+        admins_done=first is not None and no_admin is None,
+        fleet=fleet_glance(),
+    )

@@ -6,24 +6,26 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from frontend import views
-from frontend.views import images, inventory, jobs, launch, presets, volumes
+from frontend.views import audit, images, inventory, jobs, launch, members, presets, quotas, volumes
+from frontend.views.demo import demo_fleet
 
 app_name = "frontend"
 urlpatterns = [
     path("", views.home, name="home"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("invite/<uidb64>/<token>/", views.AcceptInviteView.as_view(), name="accept_invite"),
+    path("invite/<uidb64>/<token>/", members.AcceptInviteView.as_view(), name="accept_invite"),
     path("t/<str:tenant>/", views.overview, name="overview"),
     path("t/<str:tenant>/projects/", views.projects, name="projects"),
     path("t/<str:tenant>/projects/<str:slug>/", views.project_edit, name="project_edit"),
-    path("t/<str:tenant>/members/", views.members, name="members"),
-    path("t/<str:tenant>/members/<int:pk>/", views.member_edit, name="member_edit"),
-    path("t/<str:tenant>/quotas/", views.quotas, name="quotas"),
-    path("t/<str:tenant>/quotas/<str:kind>/<int:pk>/", views.quota_edit, name="quota_edit"),
+    path("t/<str:tenant>/members/", members.members, name="members"),
+    path("t/<str:tenant>/members/<int:pk>/", members.member_edit, name="member_edit"),
+    path("t/<str:tenant>/quotas/", quotas.quotas, name="quotas"),
+    path("t/<str:tenant>/quotas/<str:kind>/<int:pk>/", quotas.quota_edit, name="quota_edit"),
     path("t/<str:tenant>/tokens/", views.tokens, name="tokens"),
     path("t/<str:tenant>/tokens/<int:pk>/revoke/", views.token_revoke, name="token_revoke"),
-    path("t/<str:tenant>/audit/", views.audit, name="audit"),
+    path("t/<str:tenant>/audit/", audit.audit, name="audit"),
+    path("t/<str:tenant>/audit/export.csv", audit.audit_export, name="audit_export"),
     path("t/<str:tenant>/presets/", presets.presets_page, name="presets"),
     path("t/<str:tenant>/presets/<int:pk>/", presets.preset_edit, name="preset_edit"),
     path("t/<str:tenant>/queue/", jobs.queue, name="queue"),
@@ -40,6 +42,7 @@ urlpatterns = [
     path("ops/nodes/<str:name>/", inventory.ops_node, name="ops_node"),
     path("ops/gpus/", inventory.ops_gpus, name="ops_gpus"),
     path("ops/cluster/", inventory.ops_cluster, name="ops_cluster"),
+    path("ops/cluster/demo/", demo_fleet, name="demo_fleet"),
     path("ops/allocation/", jobs.ops_allocation, name="ops_allocation"),
     path("ops/images/", images.ops_images, name="ops_images"),
     path("ops/images/<int:pk>/delete/", images.ops_image_delete, name="ops_image_delete"),

@@ -192,20 +192,27 @@ def live_node_history(name: str, *, since: datetime) -> dict[str, list[MinuteRow
 
 
 def live_cluster() -> list[dict[str, Any]]:
-    """Return every node not retired as {name, pool, state, gpus: [{uuid, index, model}]}, by pool then name.
+    """Return every node not retired as {name, pool, state, simulated, gpus: [{uuid, index, model}]}, by pool
+    then name.
 
     Two queries whatever the cluster's size.
     """
     nodes = list(
         Node.objects.exclude(state=NodeState.RETIRED)
         .order_by("pool__name", "name")
-        .values("id", "name", "pool__name", "state")
+        .values("id", "name", "pool__name", "state", "runtime")
     )
     gpus: dict[int, list[dict[str, Any]]] = {node["id"]: [] for node in nodes}
     rows = Gpu.objects.filter(node_id__in=list(gpus), present=True).order_by("node_id", "index")
     for node_id, uuid, index, model in rows.values_list("node_id", "uuid", "index", "model"):
         gpus[node_id].append({"uuid": uuid, "index": index, "model": model})
     return [
-        {"name": node["name"], "pool": node["pool__name"], "state": node["state"], "gpus": gpus[node["id"]]}
+        {
+            "name": node["name"],
+            "pool": node["pool__name"],
+            "state": node["state"],
+            "simulated": node["runtime"] == RuntimeKind.SIMULATED,
+            "gpus": gpus[node["id"]],
+        }
         for node in nodes
     ]

@@ -9,12 +9,13 @@ from tenants.models import AuditEvent
 
 
 class AuditEventFilter(StrictFilterSet):
-    """Filter audit events by action, object, actor, request and time range."""
+    """Filter audit events by action, object, subject (part of its name), actor, request and time range."""
 
     since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
     actor = django_filters.CharFilter(field_name="actor_label")
     action_prefix = django_filters.CharFilter(field_name="action", lookup_expr="startswith")
+    subject = django_filters.CharFilter(field_name="object_repr", lookup_expr="icontains")
 
     class Meta:
         model = AuditEvent

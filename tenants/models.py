@@ -20,6 +20,9 @@ MAX_GPUS = 100_000
 MAX_WEIGHT = 1_000
 MAX_COUNT = 100_000
 MAX_RUNTIME_SECONDS = 365 * 24 * 3600
+# A GPU limit of this many means "no limit at this level": the level above (or the pool) decides. The
+# column stays a number because the scheduler, the simulator and the submission checks compare with it.
+NO_LIMIT = MAX_GPUS
 
 
 class Tenant(models.Model):
@@ -96,6 +99,10 @@ class Membership(TenantOwnedModel):
     def __str__(self) -> str:
         return f"{self.user_id}@{self.tenant_id}:{self.role}"
 
+    def audit_label(self) -> str:
+        """How the audit log names the membership: its user's name."""
+        return self.user.get_username()
+
 
 class QuotaFields(models.Model):
     """GPU quota numbers shared by tenant and project quotas.
@@ -123,6 +130,11 @@ class QuotaFields(models.Model):
     class Meta:
         abstract = True
 
+    @property
+    def has_limit(self) -> bool:
+        """Whether `limit` caps this holder (False for NO_LIMIT)."""
+        return self.limit < NO_LIMIT
+
 
 class TenantQuota(TenantOwnedModel, QuotaFields):
     """What a tenant may use in one node pool; set by operators."""
@@ -139,6 +151,10 @@ class TenantQuota(TenantOwnedModel, QuotaFields):
 
     def __str__(self) -> str:
         return f"{self.tenant_id}/{self.pool_id}: {self.guaranteed}..{self.limit}"
+
+    def audit_label(self) -> str:
+        """How the audit log names the quota: tenant and pool by name."""
+        return f"{self.tenant.slug} in pool {self.pool.name}"
 
 
 class ProjectQuota(TenantOwnedModel, QuotaFields):
@@ -157,6 +173,10 @@ class ProjectQuota(TenantOwnedModel, QuotaFields):
 
     def __str__(self) -> str:
         return f"{self.project_id}/{self.pool_id}: {self.guaranteed}..{self.limit}"
+
+    def audit_label(self) -> str:
+        """How the audit log names the quota: project and pool by name."""
+        return f"{self.project.slug} in pool {self.pool.name}"
 
 
 class ApiToken(TenantOwnedModel):

@@ -7,8 +7,12 @@ in their docstring and use `all_tenants` deliberately.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
 from django.contrib.auth.models import User
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 
 from tenants.choices import Role
 from tenants.context import Actor
@@ -99,6 +103,74 @@ def project_guarantee_totals(tenant: Tenant, pool_id: int, *, excluding_project_
     return sum(quotas.values_list("guaranteed", flat=True))
 
 
+@dataclass(frozen=True)
+class Oversubscription:
+    """Guarantees in one pool above what backs them: `guaranteed` GPUs promised against `backing`.
+
+    `scope` is "pool" (tenants' guarantees against the pool's GPUs in service)
+    or "tenant" (a tenant's projects' guarantees against the tenant's guarantee).
+    """
+
+    scope: str
+    pool_id: int
+    pool: str
+    guaranteed: int
+    backing: int
+    across_tenants: bool = False
+
+    @property
+    def excess(self) -> int:
+        return self.guaranteed - self.backing
+
+    @property
+    def message(self) -> str:
+        if self.scope == "tenant":
+            return (
+                f"Projects' guarantees in pool {self.pool} total {self.guaranteed} GPUs but the tenant is "
+                f"guaranteed {self.backing}: oversubscribed by {self.excess}. Not every project can have "
+                "its guarantee at once."
+            )
+        promised = (
+            f"All tenants' guarantees in pool {self.pool} total {self.guaranteed} GPUs"
+            if self.across_tenants
+            else f"This tenant is guaranteed {self.guaranteed} GPUs in pool {self.pool}"
+        )
+        return f"{promised} but the pool has {self.backing} in service: oversubscribed by {self.excess}."
+
+
+def oversubscribed_guarantees(
+    tenant: Tenant, pool_gpus: Mapping[int, int], *, across_tenants: bool
+) -> list[Oversubscription]:
+    """Return, per pool where `tenant` has a quota, the guarantees that exceed what backs them, in three queries.
+
+    Pool scope: `tenant`'s guarantee (with `across_tenants`, every tenant's:
+    for operators only, it looks across tenants) against the pool's GPUs in
+    service, `pool_gpus` ({pool id: GPUs}; a pool missing counts 0).
+    Tenant scope: `tenant`'s projects' guarantees against the tenant's.
+    A warning, never a refusal: oversubscribing is the holder's choice.
+    """
+    quotas = list(TenantQuota.all_tenants.filter(tenant=tenant).select_related("pool").order_by("pool__name"))
+    pool_ids = [q.pool_id for q in quotas]
+    everyone = dict(
+        TenantQuota.all_tenants.filter(pool_id__in=pool_ids).values_list("pool_id").annotate(total=Sum("guaranteed"))
+    )
+    projects = dict(
+        ProjectQuota.all_tenants.filter(tenant=tenant, pool_id__in=pool_ids)
+        .values_list("pool_id")
+        .annotate(total=Sum("guaranteed"))
+    )
+    found: list[Oversubscription] = []
+    for quota in quotas:
+        promised = everyone.get(quota.pool_id, 0) if across_tenants else quota.guaranteed
+        gpus = pool_gpus.get(quota.pool_id, 0)
+        if promised > gpus:
+            found.append(Oversubscription("pool", quota.pool_id, quota.pool.name, promised, gpus, across_tenants))
+        split = projects.get(quota.pool_id, 0)
+        if split > quota.guaranteed:
+            found.append(Oversubscription("tenant", quota.pool_id, quota.pool.name, split, quota.guaranteed))
+    return found
+
+
 def roles_up_to(role: Role) -> list[Role]:
     """Return the roles `role` has every right of: itself and those below it."""
     return [r for r in Role if role.at_least(r)]
@@ -130,6 +202,39 @@ def audit_events_in_scope() -> QuerySet[AuditEvent]:
     return AuditEvent.objects.all()
 
 
+def audit_events_matching(
+    *,
+    actor: str = "",
+    subject: str = "",
+    action: str = "",
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> QuerySet[AuditEvent]:
+    """Return the active tenant's audit events, newest first, narrowed by whichever filters are given.
+
+    `actor`: the acting user's name, exactly. `subject`: part of the subject's
+    name, or the user name a membership event records. `action`: a prefix
+    (`project.` or `project_quota.update`). `since` inclusive, `until` exclusive.
+    """
+    events = audit_events_in_scope()
+    if actor:
+        events = events.filter(actor_label=actor)
+    if subject:
+        events = events.filter(Q(object_repr__icontains=subject) | Q(after__user=subject) | Q(before__user=subject))
+    if action:
+        events = events.filter(action__startswith=action)
+    if since is not None:
+        events = events.filter(created_at__gte=since)
+    if until is not None:
+        events = events.filter(created_at__lt=until)
+    return events
+
+
+def audit_actors_in_scope() -> list[str]:
+    """Return the names that acted in the active tenant's audit log, sorted."""
+    return list(audit_events_in_scope().order_by("actor_label").values_list("actor_label", flat=True).distinct())
+
+
 def all_audit_events() -> QuerySet[AuditEvent]:
     """Return every audit event of the platform, newest first. For operators only."""
     return AuditEvent.all_tenants.all()
@@ -140,6 +245,13 @@ def tenant_summaries() -> QuerySet[Tenant]:
     return Tenant.objects.annotate(
         project_count=Count("projects", distinct=True), member_count=Count("memberships", distinct=True)
     )
+
+
+def invitations_of_user(user: User) -> QuerySet[Membership]:
+    """Return `user`'s memberships in every active tenant with their tenants and projects loaded, for the
+    page where an invited person sets a password: what they were invited to is theirs to see."""
+    projects = Prefetch("projects", queryset=Project.all_tenants.order_by("slug"))
+    return memberships_of_user(user).prefetch_related(projects)
 
 
 def memberships_of_user(user: User) -> QuerySet[Membership]:

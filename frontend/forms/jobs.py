@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from django import forms
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
-from frontend.forms.base import _choices
+from common.errors import Conflict
+from frontend.forms.base import _choices, apply_service_errors
 from inventory.models import NodePool
 from jobs.choices import PriorityClass, WorkloadKind, WorkloadState
 from jobs.models import LaunchPreset
@@ -20,7 +20,13 @@ def _whole_number(**kwargs: Any) -> forms.IntegerField:
 
 
 class LaunchForm(forms.Form):
-    """A workload to submit, field for field the API's input; `command` is one line split as a shell would."""
+    """A workload to submit, field for field the API's input.
+
+    `command` is one line, which the service splits as a shell would (as it
+    does a line sent to the API); `gpu_model` is one model or any, sent as
+    `gpu_models`. The form only parses: the rules are the service's, and
+    `workload_data` gives what parsed to it even when some field did not.
+    """
 
     kind = forms.ChoiceField(choices=WorkloadKind.choices, initial=WorkloadKind.JOB)
     name = forms.CharField(help_text="Lowercase letters, digits and hyphens.")
@@ -33,6 +39,9 @@ class LaunchForm(forms.Form):
         help_text="Split into arguments as a shell would; empty runs the image's own command.",
     )
     gpus_per_replica = _whole_number(initial=1, label="GPUs per replica")
+    gpu_model = forms.ChoiceField(
+        required=False, label="GPU model", help_text="Any: whichever model is free first in the pool."
+    )
     replicas = _whole_number(initial=1, help_text="More than one runs a gang: all replicas start together.")
     cpu_milli = _whole_number(initial=1000, label="CPU (millicores)", help_text="1000 is one core.")
     memory_mib = _whole_number(initial=4096, label="Memory (MiB)")
@@ -52,19 +61,19 @@ class LaunchForm(forms.Form):
     preset = forms.CharField(widget=forms.HiddenInput, required=False)
 
     def __init__(
-        self, *args: Any, project_choices: list[tuple[str, str]], pool_choices: list[tuple[str, str]], **kwargs: Any
+        self,
+        *args: Any,
+        project_choices: list[tuple[str, str]],
+        pool_choices: list[tuple[str, str]],
+        gpu_model_choices: list[tuple[str, str]],
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         _choices(self, "project", project_choices)
         _choices(self, "pool", pool_choices)
+        _choices(self, "gpu_model", [("", "Any model"), *gpu_model_choices])
         # Notebooks run Jupyter: the command is shown (and sent) only for batch jobs; see app.js.
         self.fields["command"].widget.attrs["data-only-with"] = f"{self.add_prefix('kind')}={WorkloadKind.JOB}"
-
-    def clean_command(self) -> list[str]:
-        try:
-            return shlex.split(self.cleaned_data["command"])
-        except ValueError as error:
-            raise ValidationError(f"Cannot split the command: {error}.", code="invalid") from None
 
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -80,10 +89,36 @@ class LaunchForm(forms.Form):
             env[key] = value
         return env
 
-    def workload_data(self, pool: NodePool, preset: LaunchPreset | None = None) -> dict[str, Any]:
-        """Return the cleaned input as the submission service takes it (project and key go separately)."""
-        data = {k: v for k, v in self.cleaned_data.items() if k not in ("project", "idempotency_key", "preset")}
-        return {**data, "pool": pool, **({"preset": preset} if preset is not None else {})}
+    def workload_data(self, pool: NodePool | None, preset: LaunchPreset | None = None) -> dict[str, Any]:
+        """Return the cleaned input as the submission service takes it (project and key go separately).
+
+        Only the fields that cleaned are in it (all of them once the form is
+        valid), and the pool and preset when given.
+        """
+        data = {k: v for k, v in self.cleaned_data.items() if k not in _NOT_SPEC}
+        if "gpu_model" in self.cleaned_data:
+            data["gpu_models"] = [self.cleaned_data["gpu_model"]] if self.cleaned_data["gpu_model"] else []
+        if pool is not None:
+            data["pool"] = pool
+        return {**data, **({"preset": preset} if preset is not None else {})}
+
+    def add_service_errors(self, error: ValidationError | Conflict) -> None:
+        """Put a service's refusal on the form, its `gpu_models` errors next to the GPU model choice."""
+        if isinstance(error, ValidationError) and hasattr(error, "error_dict") and "gpu_models" in error.error_dict:
+            renamed = {_FORM_NAMES.get(name, name): found for name, found in error.error_dict.items()}
+            error = ValidationError(renamed)
+        apply_service_errors(self, error)
+
+    def refused_fields(self) -> set[str]:
+        """Return the service's names of the fields this form refused (its errors but those of the whole form)."""
+        refused = set(self.errors) - {NON_FIELD_ERRORS}
+        return refused | ({"gpu_models"} if "gpu_model" in refused else set())
+
+
+# The form's name for a service's field where the two differ.
+_FORM_NAMES = {"gpu_models": "gpu_model"}
+# Fields of the form that are not a workload's: they go to the service separately, or under another name.
+_NOT_SPEC = ("project", "idempotency_key", "preset", "gpu_model")
 
 
 class WorkloadFilterForm(forms.Form):

@@ -39,9 +39,22 @@ class ProjectEditForm(forms.Form):
 
 
 class InviteForm(forms.Form):
-    username = forms.CharField(max_length=150)
-    email = forms.EmailField(required=False)
+    """An invitation: who, with which role, onto which of the tenant's projects.
+
+    The fields take any text: the service checks them all together and
+    reports every broken rule at once, each on its field.
+    """
+
+    username = forms.CharField(max_length=150, help_text="Letters, digits and @ . + - _; they log in with it.")
+    email = forms.CharField(max_length=254, required=False, widget=forms.EmailInput, label="Email (optional)")
     role = forms.ChoiceField(choices=MEMBERSHIP_ROLES, initial=Role.MEMBER)
+    projects = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, help_text="The projects they can launch work in."
+    )
+
+    def __init__(self, *args: Any, project_choices: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _choices(self, "projects", project_choices)
 
 
 class MemberForm(forms.Form):
@@ -54,8 +67,10 @@ class MemberForm(forms.Form):
 
 
 class QuotaNumbersForm(forms.Form):
+    """A quota's numbers; an empty limit (GPUs or counts) means no limit at this level."""
+
     guaranteed = forms.IntegerField(initial=0, label="Guaranteed GPUs")
-    limit = forms.IntegerField(initial=0, label="Limit (GPUs)")
+    limit = forms.IntegerField(required=False, label="Limit (GPUs)", help_text="Empty: no limit.")
     weight = forms.IntegerField(initial=1)
     max_notebooks_per_user = forms.IntegerField(required=False, label="Max notebooks per user")
     max_pending_workloads = forms.IntegerField(required=False, label="Max pending workloads")
@@ -79,16 +94,52 @@ class ProjectQuotaForm(TenantQuotaForm):
         _choices(self, "project", project_choices)
 
 
+# What a token of each role may do, as the token form says it (docs/api.md says the same).
+TOKEN_ROLE_ALLOWS = {
+    Role.VIEWER.value: "read everything in the tenant; change nothing",
+    Role.MEMBER.value: "also launch workloads in your projects and stop or restart your own",
+    Role.ADMIN.value: "also manage members, projects, quotas, presets and anyone's workloads",
+}
+
+
+class AuditFilterForm(forms.Form):
+    """The audit log's filters; every one may be left empty. Days are UTC, both ends included."""
+
+    actor = forms.ChoiceField(required=False, label="Who")
+    subject = forms.CharField(max_length=100, required=False, help_text="Part of a name: a user, project, pool…")
+    action = forms.CharField(max_length=64, required=False, help_text="e.g. membership. or project_quota.update")
+    since = forms.DateField(required=False, label="From (day)", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To (day)", widget=forms.DateInput(attrs={"type": "date"}))
+
+    def __init__(self, *args: Any, actor_choices: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _choices(self, "actor", [("", "anyone"), *((name, name) for name in actor_choices)])
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        since, until = data.get("since"), data.get("until")
+        if since and until and until < since:
+            self.add_error("until", "The last day must not be before the first.")
+        return data
+
+
 class TokenForm(forms.Form):
+    """A new API token; its role starts at the owner's own (the view sets it) and lists what each role allows."""
+
     name = forms.CharField(max_length=80)
-    role = forms.ChoiceField()
+    role = forms.ChoiceField(help_text="Starts at your own role: a token never has more rights than you.")
     expires_in_days = forms.IntegerField(
         initial=90, min_value=1, max_value=settings.API_TOKEN_MAX_DAYS, label="Expires in (days)"
     )
 
     def __init__(self, *args: Any, role_choices: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _choices(self, "role", role_choices)
+        _choices(self, "role", [(value, _described(value, label)) for value, label in role_choices])
+
+
+def _described(role: str, label: str) -> str:
+    allows = TOKEN_ROLE_ALLOWS.get(role)
+    return f"{label}: {allows}" if allows else label
 
 
 class TenantForm(ProjectForm):

@@ -8,6 +8,8 @@ from django import template
 from django.utils import timezone
 from django.utils.timesince import timesince
 
+from tenants.models import NO_LIMIT
+
 register = template.Library()
 
 
@@ -31,3 +33,11 @@ def ago(moment: datetime | None) -> str:
     if (timezone.now() - moment).total_seconds() < 60:
         return "just now"
     return f"{timesince(moment)} ago"
+
+
+@register.filter
+def gpu_limit(value: int | None) -> str:
+    """Return a quota's GPU limit for people: the number, or 'no limit' for one that never binds (NO_LIMIT)."""
+    if value is None or value >= NO_LIMIT:
+        return "no limit"
+    return str(value)

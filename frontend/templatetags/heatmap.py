@@ -9,23 +9,38 @@ from urllib.parse import quote
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
-from frontend.selectors import HeatmapGpu, HeatmapNode
+from frontend.heatmap import HeatmapGpu, HeatmapNode
 
 register = template.Library()
 
 
-def cell_title(index: int, model: str, percent: int | None) -> str:
-    """Return a cell's tooltip; cluster.js rewrites its last part (the reading) as values change."""
-    return f"GPU {index} · {model} · {'no recent sample' if percent is None else f'{percent}% utilization'}"
+def cell_title(gpu: HeatmapGpu) -> str:
+    """Return a cell's tooltip: GPU, model, reading, holder; cluster.js rewrites it as values change."""
+    percent = None if gpu.utilization is None else round(gpu.utilization)
+    parts = [f"GPU {gpu.index}", gpu.model, "no recent sample" if percent is None else f"{percent}% utilization"]
+    if gpu.holder is not None:
+        parts.append(f"{gpu.holder.label} ({gpu.holder.state})")
+    if gpu.idle:
+        parts.append("allocated but idle")
+    return " · ".join(parts)
 
 
 def _cell(gpu: HeatmapGpu) -> str:
-    percent = None if gpu.utilization is None else round(gpu.utilization)
-    title = escape(cell_title(gpu.index, gpu.model, percent))
-    uuid = escape(gpu.uuid)
-    if percent is None:
-        return f'<i class="hm-cell hm-none" data-gpu="{uuid}" data-util="" title="{title}"></i>'
-    return f'<i class="hm-cell" data-gpu="{uuid}" data-util="{percent}" style="--u:{percent}" title="{title}"></i>'
+    # The markup is kept short on purpose: 8,000 of these make most of the page.
+    classes = "hm-cell"
+    attributes = f'data-gpu="{escape(gpu.uuid)}"'
+    if gpu.utilization is None:
+        classes += " hm-none"
+        attributes += ' data-util=""'
+    else:
+        percent = round(gpu.utilization)
+        attributes += f' data-util="{percent}" style="--u:{percent}"'
+    if gpu.holder is not None:
+        classes += " hm-held"
+        attributes += f' data-w="{gpu.holder.workload_id}"'
+    if gpu.idle:
+        classes += " hm-idle"
+    return f'<i class="{classes}" {attributes} title="{escape(cell_title(gpu))}"></i>'
 
 
 def _cells(node: HeatmapNode) -> str:
@@ -34,13 +49,19 @@ def _cells(node: HeatmapNode) -> str:
 
 @register.simple_tag
 def heatmap_node(node: HeatmapNode, node_base: str) -> SafeString:
-    """Return a node's block: its name (a link under `node_base`), state and GPU cells in index order,
-    the order of the live `utilization` messages."""
+    """Return a node's block: its name (a link under `node_base`), state, a simulated node's badge and
+    its GPU cells in index order, the order of the live `utilization` and `holders` messages."""
     name = escape(node.name)
+    simulated = (
+        ' <span class="badge badge-sim" data-node-sim title="A simulated node: no agent, no real GPUs">sim</span>'
+        if node.simulated
+        else ""
+    )
+    state = escape(node.state)
     # Every interpolated text is escaped above or here; the rest is this module's own markup.
     return mark_safe(  # noqa: S308
-        f'<div class="hm-node" data-node="{name}" data-state="{escape(node.state)}">'
+        f'<div class="hm-node" data-node="{name}" data-state="{state}"{" data-sim" if node.simulated else ""}>'
         f'<div class="hm-node-name"><a href="{escape(node_base + quote(node.name, safe=""))}/">{name}</a> '
-        f'<span class="state state-{escape(node.state)}" data-node-state>{escape(node.state_label)}</span></div>'
+        f'<span class="state state-{state}" data-node-state>{escape(node.state_label)}</span>{simulated}</div>'
         f'<div class="hm-gpus">{_cells(node)}</div></div>'
     )

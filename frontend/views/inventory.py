@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from common.errors import Conflict
-from frontend import forms, live_paths
+from frontend import forms, heatmap, live_paths
 from frontend import selectors as ui_selectors
 from frontend.access import actor_of, operator_view
 from frontend.views import again, attempt, message_of
@@ -100,7 +100,9 @@ def ops_nodes(request: HttpRequest) -> HttpResponse:
     data = request.POST if request.method == "POST" else None
     form = forms.NodeForm(data, prefix="new", pool_choices=pools, agent_names=bool(agents))
     if form.is_valid() and attempt(form, lambda: _register_node(actor_of(request), form)):
-        messages.success(request, f"Node {form.cleaned_data['name']} registered. Provision it from its page.")
+        messages.success(
+            request, f"Node {form.cleaned_data['name']} registered. Provision it to bring it into service."
+        )
         return again(request)
     filters = forms.NodeFilterForm(request.GET, pool_choices=pools)
     nodes = Paginator(ui_selectors.nodes_matching(**filters.filters()), ROWS_PER_PAGE)
@@ -232,7 +234,8 @@ def _node_page(
     actions = [(a, bound[1] if bound and bound[0] is a else a.form()) for a in offered]
     context = {
         "node": node,
-        "gpus": list(ui_selectors.gpus_of_node(node)),
+        "gpu_rows": heatmap.node_gpu_rows(node),
+        "idle_below": heatmap.IDLE_BELOW,
         "metrics_path": live_paths.node_metrics(node.name),
         "events": ui_selectors.recent_node_events(node),
         "actions": actions,
@@ -251,12 +254,23 @@ def ops_gpus(request: HttpRequest) -> HttpResponse:
     )
 
 
+# The tenant slug in the workload URL the heatmap page hands cluster.js to fill in.
+WORKLOAD_URL_TENANT = "__tenant__"
+
+
 @operator_view
 def ops_cluster(request: HttpRequest) -> HttpResponse:
-    """Every GPU as a heatmap cell by pool and node, coloured by utilization; kept current over `/ws/cluster/`."""
+    """Every GPU as a heatmap cell by pool and node, coloured by utilization and marked with the workload
+    holding it (idle holders stand out); kept current over `/ws/cluster/`."""
+    cluster = heatmap.cluster_heatmap()
     context = {
-        "pools": ui_selectors.cluster_heatmap(),
+        "pools": cluster.pools,
+        "totals": cluster.totals(),
+        "holders": cluster.holders_json(),
+        "idle_below": heatmap.IDLE_BELOW,
         "node_states": dict(NodeState.choices),
         "cluster_path": live_paths.CLUSTER,
+        # cluster.js fills in the tenant and the id: one reverse() instead of one per workload.
+        "workload_url": reverse("frontend:workload", args=[WORKLOAD_URL_TENANT, 0]),
     }
     return render(request, "frontend/ops_cluster.html", context)

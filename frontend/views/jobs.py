@@ -18,6 +18,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from common.errors import Conflict
 from frontend import forms, live_paths, selectors
@@ -25,8 +26,9 @@ from frontend.access import Page, operator_view, tenant_view
 from frontend.views import again, message_of
 from jobs import selectors as job_selectors
 from jobs import services
-from jobs.choices import TERMINAL_STATES, WorkloadKind, WorkloadState
+from jobs.choices import TERMINAL_STATES, ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Workload
+from jobs.selectors.progress import STEP_STATES
 from jobs.services.actions import RESTARTABLE_STATES
 from jobs.services.hibernation import lab_url
 from tenants import selectors as tenant_selectors
@@ -49,6 +51,7 @@ def queue(request: HttpRequest, page: Page) -> HttpResponse:
         "preemptions": selectors.recent_preemptions_in_scope(),
         "events_path": live_paths.tenant_events(page.tenant.slug),
         "state_labels": dict(WorkloadState.choices),
+        "reason_labels": dict(ReasonCode.choices),
     }
     return render(request, "frontend/queue.html", context)
 
@@ -98,6 +101,7 @@ def workloads(request: HttpRequest, page: Page) -> HttpResponse:
         "rows": rows,
         "events_path": live_paths.tenant_events(page.tenant.slug, chosen.get("project", "")),
         "state_labels": dict(WorkloadState.choices),
+        "reason_labels": dict(ReasonCode.choices),
     }
     return render(request, "frontend/workloads.html", context)
 
@@ -192,11 +196,16 @@ def offered_actions(page: Page, workload: Workload) -> list[WorkloadAction]:
 
 @tenant_view(Role.VIEWER)
 def workload(request: HttpRequest, page: Page, pk: int) -> HttpResponse:
-    """One workload: state, timeline, where it runs, why it waits, its log tail; actions as POST `action`."""
+    """One workload: state, launch steps, timeline, where it runs, why it waits, its log tail; actions as POST `action`.
+
+    `?part=live` answers only the parts its page's script swaps in when the workload changes.
+    """
     found = selectors.workload_in_scope(pk)
     if found is None:
         raise Http404("No such workload.")
     if request.method != "POST":
+        if request.GET.get("part") == "live":
+            return render(request, "frontend/_workload_live.html", _workload_context(page, found))
         return _workload_page(request, page, found)
     action = WORKLOAD_ACTIONS.get(request.POST.get("action", ""))
     if action is None:
@@ -219,25 +228,42 @@ def _workload_page(
     request: HttpRequest, page: Page, workload: Workload, *, refusal: str = "", status: int = 200
 ) -> HttpResponse:
     context = {
-        "page": page,
-        "w": workload,
-        "ended": workload.state in TERMINAL_STATES,
-        "actions": offered_actions(page, workload),
-        "replicas": selectors.replicas_of_current_attempt(workload),
+        **_workload_context(page, workload),
         # `log_seq` numbers the last stored line: 0 means no output yet, so nothing to read.
         "log": job_selectors.workload_log(workload, since=None, limit=LOG_TAIL_LINES).lines if workload.log_seq else [],
         "log_limit": LOG_TAIL_LINES,
-        "notebook_url": notebook_url(page, workload),
         "refusal": refusal,
-        "live": _live_views(workload),
+        "live": _live_views(page, workload),
+        # Charts for the GPUs it holds or held when the page was drawn; its GPU table follows later changes.
         "chart_gpus": gpus_held(workload),
         "state_labels": dict(WorkloadState.choices),
     }
     return render(request, "frontend/workload.html", context, status=status)
 
 
-def _live_views(workload: Workload) -> dict[str, Any]:
+def _workload_context(page: Page, workload: Workload) -> dict[str, Any]:
+    """Return what the live parts of a workload's page show (`_workload_head.html`, `_workload_timeline.html`)."""
+    replicas = selectors.replicas_of_current_attempt(workload)
+    due = job_selectors.capacity_due(workload.pool_id, now=timezone.now()) if workload.state == "pending" else None
     return {
+        "page": page,
+        "w": workload,
+        "ended": workload.state in TERMINAL_STATES,
+        "actions": offered_actions(page, workload),
+        "replicas": replicas,
+        "steps": job_selectors.launch_steps(workload, replicas, due=due),
+        "simulated": job_selectors.ran_on_simulated_node(workload, replicas),
+        "notebook_url": notebook_url(page, workload),
+        # A notebook on its way up: its owner sees the Open JupyterLab button, inactive until Jupyter answers.
+        "lab_soon": workload.kind == WorkloadKind.NOTEBOOK
+        and workload.state in STEP_STATES
+        and owns_or_admins(page, workload),
+    }
+
+
+def _live_views(page: Page, workload: Workload) -> dict[str, Any]:
+    return {
+        "events": live_paths.tenant_events(page.tenant.slug, workload.project.slug),
         "logs": live_paths.workload_logs(workload.pk),
         "metrics": live_paths.workload_metrics(workload.pk),
         "log_tail": live_paths.LOG_TAIL,

@@ -5,9 +5,11 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from common.api.fields import Integer, ObjectId
+from common.api.types import MAX_ITEMS, MAX_TEXT
 from inventory.selectors import pools_open_to_tenant
 from jobs.choices import PriorityClass, WorkloadKind, WorkloadState
 from jobs.models import Allocation, AllowedImage, LaunchPreset, Workload, WorkloadEvent
@@ -28,6 +30,43 @@ class WorkloadKindField(serializers.ChoiceField):
 class WorkloadStateField(serializers.ChoiceField):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(choices=WorkloadState.choices, **kwargs)
+
+
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}],
+        "description": "The arguments, or one line split into arguments as a shell would (as the launch page "
+        'splits it): `"python train.py --lr 0.1"` is `["python", "train.py", "--lr", "0.1"]`. '
+        "Left out: the image's own command.",
+    }
+)
+class CommandField(serializers.Field):
+    """A command as a list of strings or as one line; the line is passed on as sent and the service splits it.
+
+    The service splits it (`jobs.services.spec.split_command`), so the API,
+    the launch page and the ingest read a line the same way.
+    """
+
+    def to_internal_value(self, data: Any) -> str | list[str]:
+        if isinstance(data, str):
+            return data  # its length is bounded with every string's (common.api.types)
+        if not isinstance(data, list):
+            raise serializers.ValidationError("Must be a list of strings or one string.", code="invalid")
+        if len(data) > MAX_ITEMS:
+            raise serializers.ValidationError(f"At most {MAX_ITEMS} items.", code="invalid")
+        errors: dict[Any, list[str]] = {i: [_argument_error(p)] for i, p in enumerate(data) if _argument_error(p)}
+        if errors:
+            raise serializers.ValidationError(errors, code="invalid")  # by index, as a ListField reports
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+def _argument_error(part: Any) -> str:
+    if not isinstance(part, str):
+        return "Must be a string."
+    return f"At most {MAX_TEXT} characters." if len(part) > MAX_TEXT else ""
 
 
 def _projects(context: dict[str, Any]) -> Any:
@@ -51,9 +90,7 @@ class WorkloadItemSerializer(serializers.Serializer):
     kind = WorkloadKindField(required=False)
     name = serializers.CharField(max_length=63)
     image = serializers.CharField(max_length=255, required=False)
-    command = serializers.ListField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
-    )
+    command = CommandField(required=False)
     env = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False)
     gpus_per_replica = Integer(required=False, help_text="Default 1.")
     replicas = Integer(required=False, help_text="Default 1.")

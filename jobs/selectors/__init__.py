@@ -5,7 +5,7 @@ it) unless their docstring says they look across tenants, which only the
 controller's hooks do.
 
 One module a concern, every read re-exported here: `workloads` (workloads,
-presets, allowed images), `logs`, `proxy` (the notebook proxy's access
+presets, allowed images), `logs`, `progress` (a launch's steps), `proxy` (the notebook proxy's access
 read), `live` (the WebSocket streams') and `telemetry` (GPU use).
 """
 
@@ -23,6 +23,14 @@ from jobs.selectors.live import (
     watchable_workload,
 )
 from jobs.selectors.logs import LogLine, LogPage, iter_log_lines, log_lines_after, workload_log
+from jobs.selectors.progress import (
+    LaunchStep,
+    attempt_began,
+    capacity_due,
+    launch_steps,
+    ran_on_simulated_node,
+    reason_label,
+)
 from jobs.selectors.proxy import ProxyTarget, notebook_proxy_target
 from jobs.selectors.telemetry import GpuUsage, gpu_usage_by_tenant, minutes_while_held, workload_gpu_minutes
 from jobs.selectors.workloads import (
@@ -37,6 +45,7 @@ from jobs.selectors.workloads import (
 
 __all__ = [
     "GpuUsage",
+    "LaunchStep",
     "LiveRow",
     "LogLine",
     "LogPage",
@@ -44,8 +53,11 @@ __all__ = [
     "active_allocations_by_node",
     "allowed_images_for_operators",
     "allowed_images_for_tenant",
+    "attempt_began",
+    "capacity_due",
     "gpu_usage_by_tenant",
     "iter_log_lines",
+    "launch_steps",
     "live_events_scope",
     "live_log_lines",
     "live_log_tail",
@@ -59,6 +71,8 @@ __all__ = [
     "minutes_while_held",
     "notebook_proxy_target",
     "presets_for_tenant",
+    "ran_on_simulated_node",
+    "reason_label",
     "watchable_workload",
     "workload_detail",
     "workload_gpu_minutes",

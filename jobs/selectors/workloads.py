@@ -35,11 +35,17 @@ def workloads_for_tenant(
 
 
 def workloads_with_details() -> QuerySet[Workload]:
-    """Return the active tenant's workloads with their allocations (node and GPU) and events prefetched."""
+    """Return the active tenant's workloads with their allocations (node and GPU) and events prefetched.
+
+    Events come in the order they were written, not by their timestamps: a
+    scheduling pass stamps its events with the moment it began, which can
+    precede a submission that committed while it read, and every event of a
+    workload is written after reading the state the one before it left.
+    """
     allocations = Allocation.objects.select_related("node", "gpu").order_by("replica", "id")
     return workloads_for_tenant().prefetch_related(
         Prefetch("allocations", queryset=allocations),
-        Prefetch("events", queryset=WorkloadEvent.objects.order_by("created_at", "id")),
+        Prefetch("events", queryset=WorkloadEvent.objects.order_by("id")),
     )
 
 

@@ -101,4 +101,5 @@ def release_allocations(*, workload_id: int) -> int:
     )
     if released:
         live.publish_allocations_changed(workload_id)
+        live.publish_workload_changes([workload_id])  # its page shows the GPUs it holds
     return released

@@ -1,21 +1,26 @@
-"""What the agents report about replicas: started, ready (notebooks), exited.
+"""What the agents report about replicas: pulling its image, started, ready (notebooks), exited.
 
 Each report is idempotent and safe out of order: a duplicate changes
-nothing; a report about an attempt the ledger no longer runs (cancelled,
-preempted, superseded) makes the controller ask the node to stop that
-replica instead of reviving the workload.
+nothing; a new one announces the workload's row to its tenant's events
+stream, whose pages show the launch steps the replicas reached; a report
+about an attempt the ledger no longer runs (cancelled, preempted,
+superseded) makes the controller ask the node to stop that replica
+instead of reviving the workload.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from datetime import timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import dispatch
+from jobs import dispatch, live
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
-from jobs.models import Allocation, Replica, ReplicaState, Workload
+from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
 from jobs.services.lifecycle import transition_workload
 from jobs.services.stopping import grace_seconds, requeues, settle_workload, stop_message, stop_workload
 
@@ -52,12 +57,83 @@ def record_replica_started(*, workload_id: int, attempt: int, replica: int, hand
     if row.state == ReplicaState.LAUNCHING:
         row.state, row.handle, row.endpoint, row.started_at = ReplicaState.RUNNING, handle, endpoint, timezone.now()
         row.save(update_fields=["state", "handle", "endpoint", "started_at"])
+        live.publish_workload_changes([workload_id])
     if not _current(row):
         grace = grace_seconds(row.workload)
         dispatch.send_on_commit(dispatch.STOP_REPLICA, queue=row.node.agent_queue, kwargs=stop_message(row, grace))
         return False
     _running_when_complete(row.workload)
     return True
+
+
+@transaction.atomic
+def record_replica_pulling(*, workload_id: int, attempt: int, replica: int, progress: dict[str, Any]) -> bool:
+    """Record how far the node's pull of the replica's image got; return whether this report changed anything.
+
+    `progress` is the agent's `PullProgress` as JSON. Reports of one pull
+    are ordered by their `seconds`, a retried start's new pull by its
+    `began_at`: one not newer than what is stored changes nothing, nor does
+    any report once the pull is recorded as done, nor progress about a
+    replica that already runs (a late report never moves it back). The
+    last report (`done`) is taken even after the start: it ends the pull,
+    no later than the start, and writes the workload event "Node X pulled
+    image Y in N s". Each change announces the workload's row to its events
+    stream.
+    """
+    row = _locked_replica(workload_id, attempt, replica)
+    report = _pull_report(progress)
+    if row is None or row.pull_finished_at is not None:
+        return False
+    if not report["done"] and row.state != ReplicaState.LAUNCHING:
+        return False
+    if row.pull_progress and _pull_order(report) <= _pull_order(row.pull_progress):
+        return False
+    now = timezone.now()
+    if row.pull_started_at is None:
+        row.pull_started_at = max(now - timedelta(seconds=report["seconds"]), row.created_at)
+    if report["done"]:
+        row.pull_finished_at = max(min(now, row.started_at or now), row.pull_started_at)
+        _pulled_event(row, report)
+    row.pull_progress = report
+    row.save(update_fields=["pull_started_at", "pull_finished_at", "pull_progress"])
+    live.publish_workload_changes([workload_id])
+    return True
+
+
+def _pull_report(progress: dict[str, Any]) -> dict[str, Any]:
+    """Return the agent's progress with every field checked and bounded (a node is an untrusted peer)."""
+
+    def count(name: str) -> int:
+        value = progress.get(name)
+        return min(max(int(value), 0), 2**53) if isinstance(value, int | float) and math.isfinite(value) else 0
+
+    def seconds(name: str) -> float:
+        value = progress.get(name)
+        return max(float(value), 0.0) if isinstance(value, int | float) and math.isfinite(value) else 0.0
+
+    return {
+        "image": str(progress.get("image") or "")[:300],
+        "began_at": seconds("began_at"),
+        "seconds": min(seconds("seconds"), 86_400.0),
+        **{name: count(name) for name in ("layers_done", "layers_total", "bytes_done", "bytes_total")},
+        "done": progress.get("done") is True,
+    }
+
+
+def _pull_order(report: dict[str, Any]) -> tuple[float, float, bool]:
+    """Order of a pull's reports: by pull, then time into it; the last one comes after any taken at the same time."""
+    return float(report.get("began_at") or 0.0), float(report.get("seconds") or 0.0), report.get("done") is True
+
+
+def _pulled_event(row: Replica, report: dict[str, Any]) -> None:
+    size = f", {report['bytes_total'] / 1e6:.1f} MB" if report["bytes_total"] else ""
+    WorkloadEvent.all_tenants.create(
+        tenant_id=row.tenant_id,
+        workload_id=row.workload_id,
+        kind="workload.image_pulled",
+        message=f"Node {row.node.name} pulled image {report['image']} in {report['seconds']:.1f} s{size}.",
+        created_at=row.pull_finished_at or timezone.now(),
+    )
 
 
 @transaction.atomic
@@ -68,6 +144,7 @@ def record_replica_ready(*, workload_id: int, attempt: int, replica: int) -> boo
         return False
     row.ready_at = timezone.now()
     row.save(update_fields=["ready_at"])
+    live.publish_workload_changes([workload_id])
     if _current(row):
         _running_when_complete(row.workload)
     return True
@@ -119,6 +196,7 @@ def record_replica_exited(
     row.state, row.exit_code, row.finished_at = ReplicaState.EXITED, exit_code, timezone.now()
     row.message = message[:2000]
     row.save(update_fields=["state", "exit_code", "finished_at", "message"])
+    live.publish_workload_changes([workload_id])
     workload = row.workload
     if workload.attempt == attempt:
         Allocation.all_tenants.filter(workload_id=workload_id, replica=replica, released_at__isnull=True).update(

@@ -10,6 +10,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from common.api.fields import Integer
+from tenants.choices import MEMBERSHIP_ROLES
+from tenants.models import NO_LIMIT
+
 
 @extend_schema_field(OpenApiTypes.STR)
 class ScopedSlugField(serializers.SlugRelatedField):
@@ -36,3 +40,25 @@ class ScopedSlugField(serializers.SlugRelatedField):
         """
         lookup = {f"{self.slug_field}__in": set(slugs)}
         return {getattr(found, self.slug_field): found for found in self.selector(context).filter(**lookup)}
+
+
+@extend_schema_field({"type": "string", "enum": [value for value, _ in MEMBERSHIP_ROLES]})
+class MembershipRoleField(serializers.CharField):
+    """A membership role by name. Only its shape is checked here: the service checks the name with the
+    invitation's other fields, so that one answer reports every bad field at once."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 16)
+        super().__init__(**kwargs)
+
+
+class GpuLimitField(Integer):
+    """A quota's GPU limit as the API shows it: null for no limit at this level (stored as NO_LIMIT)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_null", True)
+        kwargs.setdefault("read_only", True)
+        super().__init__(**kwargs)
+
+    def to_representation(self, value: int) -> int | None:  # type: ignore[override]  # null is this field's point
+        return None if value >= NO_LIMIT else int(value)

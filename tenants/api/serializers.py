@@ -8,8 +8,8 @@ from django.conf import settings
 from rest_framework import serializers
 
 from common.api.fields import ID_MAX, Integer
-from inventory.selectors import pools_open_to_tenant
-from tenants.api.fields import ScopedSlugField
+from inventory.selectors import pool_capacity, pools_open_to_tenant
+from tenants.api.fields import GpuLimitField, MembershipRoleField, ScopedSlugField
 from tenants.choices import MEMBERSHIP_ROLES, Role
 from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota
 from tenants.selectors import projects_in_scope, tenants_visible_to
@@ -93,11 +93,23 @@ class MembershipSerializer(serializers.ModelSerializer):
 
 
 class MembershipCreateSerializer(serializers.Serializer):
+    """An invitation's shape; its rules (user name, address, role, the tenant's projects) are the service's,
+    which reports every failing field at once."""
+
     username = serializers.CharField(max_length=150)
-    email = serializers.EmailField(
-        required=False, help_text="The tenant's contact address for them; leave out for none."
+    email = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=254,
+        help_text="The tenant's contact address for them; leave out for none.",
     )
-    role = serializers.ChoiceField(choices=MEMBERSHIP_ROLES, default=Role.MEMBER)
+    role = MembershipRoleField(default=Role.MEMBER)
+    projects = serializers.ListField(
+        child=serializers.CharField(max_length=40),
+        required=False,
+        max_length=1000,
+        help_text="Slugs of the tenant's projects the member joins.",
+    )
 
 
 class MembershipUpdateSerializer(serializers.Serializer):
@@ -109,7 +121,7 @@ class QuotaNumbersSerializer(serializers.Serializer):
     """The numbers of a quota; ranges and cross-quota rules are checked by the services."""
 
     guaranteed = Integer(required=False)
-    limit = Integer(required=False)
+    limit = Integer(required=False, allow_null=True, help_text="GPUs at most, borrowing included; null: no limit.")
     weight = Integer(required=False)
     max_notebooks_per_user = Integer(required=False, allow_null=True)
     max_pending_workloads = Integer(required=False, allow_null=True)
@@ -127,9 +139,30 @@ QUOTA_FIELDS = [
 ]
 
 
+def pool_gpus_in_service(pool_ids: list[int]) -> dict[int, int]:
+    """Return {pool id: GPUs on its nodes in service}, as the oversubscription warnings weigh guarantees."""
+    return {pool_id: sum(m["total"] for m in models) for pool_id, models in pool_capacity(pool_ids).items()}
+
+
+class QuotaWarningSerializer(serializers.Serializer):
+    """Guarantees above what backs them in one pool: saved all the same, and said."""
+
+    scope = serializers.ChoiceField(
+        choices=["pool", "tenant"],
+        read_only=True,
+        help_text="pool: tenants' guarantees against the pool's GPUs; tenant: projects' against the tenant's.",
+    )
+    pool = serializers.CharField(read_only=True)
+    guaranteed = Integer(read_only=True, help_text="GPUs guaranteed in all.")
+    available = Integer(source="backing", read_only=True, help_text="GPUs that back them.")
+    excess = Integer(read_only=True)
+    message = serializers.CharField(read_only=True)
+
+
 class TenantQuotaSerializer(serializers.ModelSerializer):
     tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    limit = GpuLimitField(help_text="null: no limit.")
 
     class Meta:
         model = TenantQuota
@@ -144,6 +177,7 @@ class TenantQuotaCreateSerializer(QuotaNumbersSerializer):
 class ProjectQuotaSerializer(serializers.ModelSerializer):
     project: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    limit = GpuLimitField(help_text="null: no limit of the project's own (the tenant's applies).")
 
     class Meta:
         model = ProjectQuota
@@ -151,9 +185,29 @@ class ProjectQuotaSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class TenantQuotaSavedSerializer(TenantQuotaSerializer):
+    """A tenant quota as a write answers it: with where guarantees now oversubscribe its pool."""
+
+    warnings = QuotaWarningSerializer(many=True, read_only=True)
+
+    class Meta(TenantQuotaSerializer.Meta):
+        fields = [*TenantQuotaSerializer.Meta.fields, "warnings"]
+        read_only_fields = fields
+
+
 class ProjectQuotaCreateSerializer(QuotaNumbersSerializer):
     project = ScopedSlugField(selector=_projects)
     pool = ScopedSlugField(selector=_open_pools, slug_field="name")
+
+
+class ProjectQuotaSavedSerializer(ProjectQuotaSerializer):
+    """A project quota as a write answers it: with where guarantees now oversubscribe its pool."""
+
+    warnings = QuotaWarningSerializer(many=True, read_only=True)
+
+    class Meta(ProjectQuotaSerializer.Meta):
+        fields = [*ProjectQuotaSerializer.Meta.fields, "warnings"]
+        read_only_fields = fields
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
@@ -183,7 +237,12 @@ class ApiTokenSerializer(serializers.ModelSerializer):
 class ApiTokenCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=80)
     tenant = ScopedSlugField(selector=_visible_tenants, required=False, allow_null=True, default=None)
-    role = serializers.ChoiceField(choices=Role.choices)
+    role = serializers.ChoiceField(
+        choices=Role.choices,
+        required=False,
+        help_text="Default: your own role in the tenant (tenant admin for an operator; operator without a tenant), "
+        "never above the token you call with.",
+    )
     expires_in_days = Integer(default=90, min_value=1, max_value=settings.API_TOKEN_MAX_DAYS)
 
 

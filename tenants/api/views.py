@@ -105,6 +105,17 @@ class MembershipEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+def _saved(endpoint: TenantViewSet, quota: TenantQuota | ProjectQuota, code: int = status.HTTP_200_OK) -> Response:
+    """Answer a quota write with the quota and `warnings`: guarantees in its pool above what backs them (a
+    warning, not a refusal; every tenant's guarantees weigh on the pool's GPUs only for operators)."""
+    found = selectors.oversubscribed_guarantees(
+        endpoint.tenant, s.pool_gpus_in_service([quota.pool_id]), across_tenants=endpoint.actor.is_operator
+    )
+    body: dict[str, Any] = dict(endpoint.get_serializer(quota).data)
+    body["warnings"] = s.QuotaWarningSerializer([w for w in found if w.pool_id == quota.pool_id], many=True).data
+    return Response(body, status=code)
+
+
 class TenantQuotaEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
     """A tenant's quota per pool: everyone in the tenant reads, only operators write."""
 
@@ -115,19 +126,19 @@ class TenantQuotaEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
     def scoped_queryset(self) -> QuerySet[TenantQuota]:
         return selectors.tenant_quotas_in_scope()
 
-    @extend_schema(request=s.TenantQuotaCreateSerializer, responses={201: s.TenantQuotaSerializer})
+    @extend_schema(request=s.TenantQuotaCreateSerializer, responses={201: s.TenantQuotaSavedSerializer})
     def create(self, request: Request, tenant: str) -> Response:
         data = self.validated_input(s.TenantQuotaCreateSerializer)
         pool = data.pop("pool")
         quota = services.create_tenant_quota(
             actor=self.actor, tenant=self.tenant, pool=pool, values=services.QuotaValues().merged(data)
         )
-        return self.respond(quota, status.HTTP_201_CREATED)
+        return _saved(self, quota, status.HTTP_201_CREATED)
 
-    @extend_schema(request=s.QuotaNumbersSerializer, responses=s.TenantQuotaSerializer)
+    @extend_schema(request=s.QuotaNumbersSerializer, responses=s.TenantQuotaSavedSerializer)
     def partial_update(self, request: Request, tenant: str, pk: str) -> Response:
         data = self.validated_input(s.QuotaNumbersSerializer, partial=True)
-        return self.respond(services.update_tenant_quota(actor=self.actor, quota=self.get_object(), changes=data))
+        return _saved(self, services.update_tenant_quota(actor=self.actor, quota=self.get_object(), changes=data))
 
     def destroy(self, request: Request, tenant: str, pk: str) -> Response:
         services.delete_tenant_quota(actor=self.actor, quota=self.get_object())
@@ -144,19 +155,19 @@ class ProjectQuotaEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
     def scoped_queryset(self) -> QuerySet[ProjectQuota]:
         return selectors.project_quotas_in_scope()
 
-    @extend_schema(request=s.ProjectQuotaCreateSerializer, responses={201: s.ProjectQuotaSerializer})
+    @extend_schema(request=s.ProjectQuotaCreateSerializer, responses={201: s.ProjectQuotaSavedSerializer})
     def create(self, request: Request, tenant: str) -> Response:
         data = self.validated_input(s.ProjectQuotaCreateSerializer)
         project, pool = data.pop("project"), data.pop("pool")
         quota = services.create_project_quota(
             actor=self.actor, project=project, pool=pool, values=services.QuotaValues().merged(data)
         )
-        return self.respond(quota, status.HTTP_201_CREATED)
+        return _saved(self, quota, status.HTTP_201_CREATED)
 
-    @extend_schema(request=s.QuotaNumbersSerializer, responses=s.ProjectQuotaSerializer)
+    @extend_schema(request=s.QuotaNumbersSerializer, responses=s.ProjectQuotaSavedSerializer)
     def partial_update(self, request: Request, tenant: str, pk: str) -> Response:
         data = self.validated_input(s.QuotaNumbersSerializer, partial=True)
-        return self.respond(services.update_project_quota(actor=self.actor, quota=self.get_object(), changes=data))
+        return _saved(self, services.update_project_quota(actor=self.actor, quota=self.get_object(), changes=data))
 
     def destroy(self, request: Request, tenant: str, pk: str) -> Response:
         services.delete_project_quota(actor=self.actor, quota=self.get_object())

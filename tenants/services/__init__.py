@@ -6,7 +6,14 @@ from tenants.services.logins import (
     login_locked_for,
     purge_expired_sessions,
 )
-from tenants.services.members import Invitation, invite_member, remove_member, update_member
+from tenants.services.members import (
+    Invitation,
+    invite_member,
+    invited_username,
+    projects_named,
+    remove_member,
+    update_member,
+)
 from tenants.services.quotas import (
     QuotaValues,
     create_project_quota,
@@ -24,7 +31,7 @@ from tenants.services.tenants import (
     update_project,
     update_tenant,
 )
-from tenants.services.tokens import IssuedToken, create_token, revoke_token
+from tenants.services.tokens import IssuedToken, create_token, default_token_role, revoke_token
 from tenants.services.users import create_operator, set_password
 
 __all__ = [
@@ -38,13 +45,16 @@ __all__ = [
     "create_tenant",
     "create_tenant_quota",
     "create_token",
+    "default_token_role",
     "delete_audited",
     "delete_project",
     "delete_project_quota",
     "delete_tenant",
     "delete_tenant_quota",
     "invite_member",
+    "invited_username",
     "login_locked_for",
+    "projects_named",
     "purge_expired_sessions",
     "record_audit_event",
     "remove_member",

@@ -33,6 +33,14 @@ def snapshot(obj: models.Model, fields: Sequence[str]) -> JsonDict:
     return {name: _json_value(getattr(obj, name)) for name in fields}
 
 
+def audit_label(obj: models.Model) -> str:
+    """Return how the audit log names `obj` for people: its `audit_label()` where the model has one
+    (names, not ids: a membership is its user name), else `str(obj)`. Kept on the event, so the name
+    stays as it was when the change was made."""
+    label = getattr(obj, "audit_label", None)
+    return str(label()) if callable(label) else str(obj)
+
+
 def record_audit_event(
     *,
     actor: Actor,
@@ -136,7 +144,7 @@ def audit_event(
         action=action,
         object_type=obj._meta.model_name or type(obj).__name__.lower(),
         object_id=str(obj.pk) if obj.pk is not None else "",
-        object_repr=str(obj)[:200],
+        object_repr=audit_label(obj)[:200],
         before=before,
         after=after,
         request_id=info.request_id,

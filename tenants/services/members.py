@@ -8,16 +8,18 @@ unless an operator decides otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
 from django.contrib.auth.tokens import default_token_generator
-from django.core.exceptions import PermissionDenied
+from django.core import signing
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 from django.urls import reverse
 from django.utils.encoding import force_bytes
-from django.utils.http import urlsafe_base64_encode
+from django.utils.http import urlencode, urlsafe_base64_encode
 
 from common.errors import Conflict, invalid
 from tenants.choices import Role
@@ -55,19 +57,50 @@ def _check_grantable(actor_role: Role, role: str) -> Role:
     return granted
 
 
+# Signs the user name an invitation link carries, so that a link already used can still say whose it was.
+_INVITATION_SALT = "gpucloud.invitation"
+
+
 def _setup_path(user: User) -> str:
     uid = urlsafe_base64_encode(force_bytes(user.pk))
-    return reverse("frontend:accept_invite", kwargs={"uidb64": uid, "token": default_token_generator.make_token(user)})
+    path = reverse("frontend:accept_invite", kwargs={"uidb64": uid, "token": default_token_generator.make_token(user)})
+    return f"{path}?{urlencode({'as': signing.dumps(user.get_username(), salt=_INVITATION_SALT)})}"
 
 
-def _checked_input(username: str, email: str) -> None:
+def invited_username(signed: str) -> str | None:
+    """Return the user name an invitation link carries in its `as` parameter, or None when the value
+    is not one an invitation made (so nobody learns a name by guessing links)."""
+    try:
+        return str(signing.loads(signed, salt=_INVITATION_SALT))
+    except signing.BadSignature:
+        return None
+
+
+def _input_errors(tenant: Tenant, username: str, email: str, role: str) -> dict[str, list[ValidationError]]:
+    """Return every malformed part of an invitation, by field (empty when the input is well-formed)."""
+    errors: dict[str, list[ValidationError]] = {}
     if not username or len(username) > 150 or not set(username) <= _USERNAME_CHARS:
-        raise invalid("username", "invalid", "Use up to 150 letters, digits and @ . + - _ characters.")
+        errors["username"] = [ValidationError("Use up to 150 letters, digits and @ . + - _ characters.", "invalid")]
+    elif Membership.all_tenants.filter(tenant=tenant, user__username=username).exists():
+        errors["username"] = [ValidationError(f"{username} is already a member of this tenant.", "already_member")]
     if email:
         try:
             validate_email(email)
-        except Exception:
-            raise invalid("email", "invalid", "Enter a valid email address.") from None
+        except ValidationError:
+            errors["email"] = [ValidationError("Enter a valid email address.", "invalid")]
+    if role not in {Role.VIEWER, Role.MEMBER, Role.ADMIN}:
+        errors["role"] = [ValidationError("Role must be one of viewer, member or admin.", "invalid_choice")]
+    return errors
+
+
+def projects_named(tenant: Tenant, slugs: Sequence[str]) -> list[Project]:
+    """Return `tenant`'s projects named by `slugs`, in their order; raises ValidationError on `projects`
+    naming every slug that is no project of `tenant` (another tenant's project is no exception)."""
+    found = {p.slug: p for p in Project.all_tenants.filter(tenant=tenant, slug__in=set(slugs))}
+    unknown = [slug for slug in slugs if slug not in found]
+    if unknown:
+        raise invalid("projects", "does_not_exist", f"No project {', '.join(unknown)} in this tenant.")
+    return [found[slug] for slug in dict.fromkeys(slugs)]
 
 
 def _existing_or_new_user(username: str, email: str) -> tuple[User, bool]:
@@ -85,26 +118,50 @@ def _existing_or_new_user(username: str, email: str) -> tuple[User, bool]:
     return user, True
 
 
+def _checked_invitation(
+    actor_role: Role, tenant: Tenant, *, username: str, email: str, role: str, projects: Sequence[str]
+) -> tuple[Role, list[Project]]:
+    """Return the role to grant and the projects to join; raises one ValidationError naming every bad field,
+    or PermissionDenied when `role` is above `actor_role`."""
+    errors = _input_errors(tenant, username, email, role)
+    chosen: list[Project] = []
+    try:
+        chosen = projects_named(tenant, projects)
+    except ValidationError as error:
+        errors.update(error.error_dict)
+    if errors:
+        raise ValidationError(errors)
+    return _check_grantable(actor_role, role), chosen
+
+
 @transaction.atomic
 def invite_member(
-    *, actor: Actor, tenant: Tenant, username: str, email: str = "", role: str = Role.MEMBER
+    *,
+    actor: Actor,
+    tenant: Tenant,
+    username: str,
+    email: str = "",
+    role: str = Role.MEMBER,
+    projects: Sequence[str] = (),
 ) -> Invitation:
-    """Make `username` a member of `tenant` with `role`, creating the account when it does not exist.
+    """Make `username` a member of `tenant` with `role`, on the projects named by `projects` (slugs),
+    creating the account when it does not exist.
 
     `email` becomes the tenant's contact address for the member (and the new
     account's address when one is created); the tenant never learns an
     existing account's own address or name. The answer says no more about an
     existing account than inviting needs: that no setup link is due.
-    Raises ValidationError when the user is already a member or the input is
-    malformed, PermissionDenied when `role` is above the actor's own.
+    Raises one ValidationError naming every malformed field (user name,
+    address, role, projects that are not the tenant's, a user already a
+    member), PermissionDenied when `role` is above the actor's own.
     """
     actor_role = require_role(actor, tenant, Role.ADMIN)
-    granted = _check_grantable(actor_role, role)
-    _checked_input(username, email)
+    granted, chosen = _checked_invitation(
+        actor_role, tenant, username=username, email=email, role=role, projects=projects
+    )
     user, created = _existing_or_new_user(username, email)
-    if Membership.all_tenants.filter(tenant=tenant, user=user).exists():
-        raise invalid("username", "already_member", f"{username} is already a member of this tenant.")
     membership = Membership.all_tenants.create(tenant=tenant, user=user, role=granted, email=email)
+    membership.projects.set(chosen)
     record_audit_event(
         actor=actor,
         action="membership.create",

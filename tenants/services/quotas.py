@@ -2,14 +2,17 @@
 
 The rules, each reported on the field it concerns:
 - every number is within its range (no negative or absurd values);
-- limit >= guaranteed;
+- limit >= guaranteed; a limit of None (or NO_LIMIT) means no limit at this
+  level, and is the default;
 - a project's quota needs a tenant quota in the same pool, its limit is at
-  most the tenant's limit, the projects' guarantees sum to at most the
-  tenant's guarantee, and its count limits are at most the tenant's;
-- lowering a tenant quota below what its projects already hold is refused;
+  most the tenant's limit and its count limits are at most the tenant's;
+- lowering a tenant's limits below a project's is refused;
 - a pool dedicated to one tenant takes no quota of another.
-Every check runs before anything is written, under a lock on the tenant's
-quota row so that concurrent edits cannot together break the sum rule.
+Guarantees may oversubscribe what backs them (the tenants' a pool's GPUs,
+the projects' their tenant's guarantee): that is the holder's choice to
+make, not a rule, and `tenants.selectors.oversubscribed_guarantees` says where
+and by how much. Every check runs before anything is written, under a lock
+on the tenant's quota row so that concurrent edits see each other.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from tenants.models import (
     MAX_GPUS,
     MAX_RUNTIME_SECONDS,
     MAX_WEIGHT,
+    NO_LIMIT,
     Project,
     ProjectQuota,
     Tenant,
@@ -44,7 +48,7 @@ class QuotaValues:
     """The numbers of one quota. Count limits of None mean "no limit at this level"."""
 
     guaranteed: int = 0
-    limit: int = 0
+    limit: int = NO_LIMIT
     weight: int = 1
     max_notebooks_per_user: int | None = None
     max_pending_workloads: int | None = None
@@ -55,9 +59,12 @@ class QuotaValues:
         return cls(**{f.name: getattr(quota, f.name) for f in fields(cls)})
 
     def merged(self, changes: dict[str, Any]) -> QuotaValues:
-        """Return a copy with `changes` applied (unknown keys are ignored)."""
+        """Return a copy with `changes` applied (unknown keys are ignored; a `limit` of None is NO_LIMIT)."""
         known = {f.name for f in fields(self)}
-        return replace(self, **{k: v for k, v in changes.items() if k in known})
+        applied = {k: v for k, v in changes.items() if k in known}
+        if "limit" in applied and applied["limit"] is None:
+            applied["limit"] = NO_LIMIT
+        return replace(self, **applied)
 
 
 _RANGES: dict[str, tuple[int, int]] = {
@@ -101,14 +108,7 @@ def _project_quotas(tenant: Tenant, pool_id: int) -> list[ProjectQuota]:
 
 def _check_tenant_covers_projects(tenant: Tenant, pool_id: int, values: QuotaValues) -> None:
     projects = _project_quotas(tenant, pool_id)
-    guaranteed = sum(q.guaranteed for q in projects)
-    if values.guaranteed < guaranteed:
-        raise invalid(
-            "guaranteed",
-            "below_project_guarantees",
-            f"The tenant's projects are guaranteed {guaranteed} GPUs in this pool; lower theirs first.",
-        )
-    highest = max((q.limit for q in projects), default=0)
+    highest = max((q.limit for q in projects if q.has_limit), default=0)
     if values.limit < highest:
         raise invalid(
             "limit", "below_project_limit", f"A project in this pool has a limit of {highest}; lower it first."
@@ -119,23 +119,13 @@ def _check_tenant_covers_projects(tenant: Tenant, pool_id: int, values: QuotaVal
             raise invalid(name, "below_project_limit", f"A project in this pool has a higher {name}; lower it first.")
 
 
-def _check_project_within_tenant(tenant_quota: TenantQuota, project: Project, values: QuotaValues) -> None:
-    if values.limit > tenant_quota.limit:
+def _check_project_within_tenant(tenant_quota: TenantQuota, values: QuotaValues) -> None:
+    if values.limit != NO_LIMIT and values.limit > tenant_quota.limit:
         raise invalid(
             "limit",
             "above_tenant_limit",
-            f"The limit ({values.limit}) exceeds the tenant's limit of {tenant_quota.limit} GPUs.",
-        )
-    others = sum(
-        q.guaranteed for q in _project_quotas(tenant_quota.tenant, tenant_quota.pool_id) if q.project_id != project.pk
-    )
-    if others + values.guaranteed > tenant_quota.guaranteed:
-        raise invalid(
-            "guaranteed",
-            "exceeds_tenant_guarantee",
-            f"Projects' guarantees would total {others + values.guaranteed} GPUs; "
-            f"the tenant is guaranteed {tenant_quota.guaranteed} "
-            f"({tenant_quota.guaranteed - others} left for this project).",
+            f"The limit ({values.limit}) exceeds the tenant's limit of {tenant_quota.limit} GPUs; "
+            "leave it empty for no limit of the project's own.",
         )
     for name in COUNT_FIELDS:
         cap, value = getattr(tenant_quota, name), getattr(values, name)
@@ -153,9 +143,10 @@ def _locked_tenant_quota(tenant: Tenant, pool_id: int) -> TenantQuota | None:
 
 
 def _quota_snapshot(quota: TenantQuota | ProjectQuota) -> JsonDict:
-    data: JsonDict = {"pool": quota.pool_id, **asdict(QuotaValues.of(quota))}
+    # Names, not ids: the audit log shows these as they were when the change was made.
+    data: JsonDict = {"pool": quota.pool.name, **asdict(QuotaValues.of(quota))}
     if isinstance(quota, ProjectQuota):
-        data["project"] = quota.project_id
+        data["project"] = quota.project.slug
     return data
 
 
@@ -216,7 +207,7 @@ def create_project_quota(*, actor: Actor, project: Project, pool: Any, values: Q
         )
     if ProjectQuota.all_tenants.filter(project=project, pool=pool).exists():
         raise invalid("pool", "unique", f"The project already has a quota in pool {pool.name}; change that one.")
-    _check_project_within_tenant(tenant_quota, project, values)
+    _check_project_within_tenant(tenant_quota, values)
     quota = ProjectQuota.all_tenants.create(tenant_id=project.tenant_id, project=project, pool=pool, **asdict(values))
     record_audit_event(
         actor=actor, action="project_quota.create", obj=quota, tenant_id=project.tenant_id, after=_quota_snapshot(quota)
@@ -234,7 +225,7 @@ def update_project_quota(*, actor: Actor, quota: ProjectQuota, changes: dict[str
     _check_ranges(values)
     if tenant_quota is None:
         raise invalid("pool", "no_tenant_quota", "The tenant no longer has a quota in this pool.")
-    _check_project_within_tenant(tenant_quota, locked.project, values)
+    _check_project_within_tenant(tenant_quota, values)
     return update_audited(
         actor=actor,
         action="project_quota.update",

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -177,6 +177,27 @@ def _token_snapshot(token: ApiToken) -> JsonDict:
     }
 
 
+def default_token_role(actor: Actor, tenant: Tenant | None) -> Role:
+    """Return the role a new token of `actor` in `tenant` gets when none is asked for: the owner's own.
+
+    That is the owner's role in `tenant` (tenant admin for an operator, whose
+    tenant tokens cannot be operator tokens), or operator for an operator's
+    token without a tenant, and never more than the acting token's role.
+    Raises Http404 when `actor` has no role in `tenant`, ValidationError on
+    `tenant` when a non-operator names none.
+    """
+    if tenant is None:
+        if not actor.is_operator:
+            raise invalid("tenant", "required", "A token with a tenant role must name its tenant.")
+        own = Role.OPERATOR
+    else:
+        own = require_role(actor, tenant, Role.VIEWER)
+        own = Role.ADMIN if own == Role.OPERATOR else own
+    if actor.token is not None and not Role(actor.token.role).at_least(own):
+        own = Role(actor.token.role)
+    return own
+
+
 def _check_role(actor: Actor, tenant: Tenant | None, role: str) -> Role:
     if role not in Role.values:
         raise invalid("role", "invalid_choice", f"Role must be one of {', '.join(Role.values)}.")
@@ -200,22 +221,35 @@ def _check_role(actor: Actor, tenant: Tenant | None, role: str) -> Role:
 
 
 @transaction.atomic
-def create_token(*, actor: Actor, tenant: Tenant | None, name: str, role: str, expires_in_days: int) -> IssuedToken:
+def create_token(
+    *, actor: Actor, tenant: Tenant | None, name: str, role: str | None = None, expires_in_days: int
+) -> IssuedToken:
     """Create a token for the acting user and return it with its secret.
 
-    Raises ValidationError for a blank name, a lifetime outside 1..API_TOKEN_MAX_DAYS
-    or a role above the owner's; PermissionDenied when the actor is itself a
-    token of another tenant.
+    `role` None gives the token the owner's own role in `tenant` (a tenant
+    admin's for an operator, an operator's when an operator names no
+    tenant), never above the acting token's own. Raises ValidationError
+    naming every failing field at once (a blank name, a lifetime outside
+    1..API_TOKEN_MAX_DAYS, a role above the owner's); PermissionDenied when
+    the actor is itself a token of another tenant.
     """
     if actor.user is None:
         raise PermissionDenied("Tokens belong to users.")
+    errors: dict[str, list[ValidationError]] = {}
     if not name.strip() or len(name) > 80:
-        raise invalid("name", "invalid", "Give the token a name of 1 to 80 characters.")
+        errors["name"] = [ValidationError("Give the token a name of 1 to 80 characters.", code="invalid")]
     if not 1 <= expires_in_days <= settings.API_TOKEN_MAX_DAYS:
-        raise invalid("expires_in_days", "out_of_range", f"Must be between 1 and {settings.API_TOKEN_MAX_DAYS} days.")
-    granted = _check_role(actor, tenant, role)
-    if actor.token is not None and not Role(actor.token.role).at_least(granted):
-        raise invalid("role", "above_own_role", "A token cannot create a token with more rights than itself.")
+        message = f"Must be between 1 and {settings.API_TOKEN_MAX_DAYS} days."
+        errors["expires_in_days"] = [ValidationError(message, code="out_of_range")]
+    try:
+        # The default goes through the same checks as a role asked for: one rule for both.
+        granted = _check_role(actor, tenant, role if role is not None else default_token_role(actor, tenant))
+        if actor.token is not None and not Role(actor.token.role).at_least(granted):
+            raise invalid("role", "above_own_role", "A token cannot create a token with more rights than itself.")
+    except ValidationError as error:
+        errors.update(error.error_dict)
+    if errors:
+        raise ValidationError(errors)
     prefix = secrets.token_hex(6)
     secret = f"{TOKEN_SCHEME}_{prefix}_{secrets.token_urlsafe(32)}"
     token = ApiToken.all_tenants.create(

@@ -4,8 +4,8 @@ A journey test walks one persona from an empty database to their goal and
 calls `step` at each point a person would stop and look. With
 GPUCLOUD_JOURNEY_SHOTS set to a directory, each step also saves a full-page
 screenshot there as `<persona>-<NN>-<slug>.png` and appends its caption to
-`<persona>.md`, the section docs/journeys.md is made from
-(`GPUCLOUD_JOURNEY_SHOTS=docs/journeys make test PYTEST_ARGS=tests/browser -k journey`).
+`<persona>.md`, the page docs/journeys.md links to
+(`GPUCLOUD_JOURNEY_SHOTS=docs/journeys make test PYTEST_ARGS="tests/browser -k journey"`).
 Without it, a step only checks that the page shows no script error or failed request,
 which the page fixtures assert anyway.
 """
@@ -37,7 +37,7 @@ class Journey:
         name = f"{self.persona}-{self.count:02d}-{slug}.png"
         page.screenshot(path=str(self.directory / name), full_page=True)
         with (self.directory / f"{self.persona}.md").open("a") as section:
-            section.write(f"{self.count}. {caption}\n\n   ![{caption}](journeys/{name})\n\n")
+            section.write(f"{self.count}. {caption}\n\n   ![{caption}]({name})\n\n")
 
 
 def _directory() -> Path | None:

@@ -52,18 +52,18 @@ def test_tenant_admin_sets_a_project_quota_and_sees_an_impossible_one_refused(li
     row = page.locator("#project-quotas tbody tr").first
     assert row.locator("td").nth(2).inner_text() == "4" and row.locator("td").nth(3).inner_text() == "8"
 
-    # Now an impossible one: 12 guaranteed GPUs where the tenant has 8 in all.
+    # Now an impossible one: a limit of 17 GPUs where the tenant's is 16.
     # htmx swaps the section in place, so a mark left on the window survives the round trip.
     events_before = AuditEvent.all_tenants.count()
     page.evaluate("window.notReloaded = true")
     edit = page.locator("#project-quotas tr.edit-row details").first
     edit.locator("summary").click()
     edit.locator("input[name$=-guaranteed]").fill("12")
-    edit.locator("input[name$=-limit]").fill("12")
+    edit.locator("input[name$=-limit]").fill("17")
     edit.locator("button[type=submit]").first.click()
-    error = page.locator("#project-quotas .field-error[data-field=guaranteed]")
+    error = page.locator("#project-quotas .field-error[data-field=limit]")
     error.wait_for()
-    assert "the tenant is guaranteed 8" in error.inner_text()
+    assert "exceeds the tenant's limit of 16" in error.inner_text()
     assert page.evaluate("window.notReloaded") is True, "the edit went through htmx, not a full page load"
     quota = ProjectQuota.all_tenants.get(project=live_world.project_a)
     assert (quota.guaranteed, quota.limit) == (4, 8), "a refused change writes nothing"

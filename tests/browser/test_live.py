@@ -157,10 +157,11 @@ def test_new_log_lines_appear_within_a_second_and_a_reconnection_loses_none(runn
     assert seqs == list(range(1, 11)), seqs
     assert viewer.get_attribute("data-last-seq") == "10"
 
-    # The state badge follows the workload; the page offers a reload for its now stale actions.
+    # The state badge follows the workload, and so do its actions: an ended one offers Restart, not Stop.
     assert transition_workload(workload_id=running.pk, from_states=[S.RUNNING], to_state=S.SUCCEEDED)
     live_page.locator("[data-workload-state=succeeded]", has_text="Succeeded").wait_for(timeout=5000)
-    assert live_page.locator("[data-state-changed]").is_visible()
+    live_page.locator("#action-restart").wait_for(timeout=5000)
+    assert live_page.locator("#action-stop").count() == 0
     assert not_reloaded(live_page)
 
 

@@ -48,7 +48,6 @@ def test_operator_registers_provisions_and_cordons_a_simulated_node(live_world: 
     assert page.locator("#simulated-note").is_visible()
     assert "zone=a" in page.locator("#node-summary").inner_text()
     assert page.locator("#action-cordon").count() == 0, "a registered node cannot be cordoned"
-    page.locator("#action-provision summary").click()
     page.locator("#action-provision button[type=submit]").click()
     page.locator("#messages").get_by_text("Node sim-01: registered → provisioning.").wait_for()
 
@@ -57,7 +56,6 @@ def test_operator_registers_provisions_and_cordons_a_simulated_node(live_world: 
     assert page.locator("#node-state").inner_text().startswith("Ready")
 
     action = page.locator("#action-cordon")
-    action.locator("summary").click()
     action.locator("button[type=submit]").click()
     error = action.locator(".field-error[data-field=reason]")
     error.wait_for()
@@ -81,7 +79,6 @@ def test_deleting_a_pool_asks_first(live_world: World, page: Any) -> None:
     page.wait_for_url("**/")
     page.goto("/ops/pools/")
     row = page.locator("#pools tr[data-pool=spare]")
-    row.locator("summary").click()
     page.evaluate("window.notReloaded = true")
     page.once("dialog", lambda dialog: dialog.dismiss())
     row.get_by_role("button", name="Delete").click()

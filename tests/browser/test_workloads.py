@@ -59,5 +59,6 @@ def test_a_member_launches_a_job_and_sees_why_it_waits(live_world: World, page: 
     assert shell.run_pass() is not None
     page.reload()
     why = page.locator("#why-pending").inner_text()
-    assert "QUOTA_LIMIT" in why and "position 1" in why, why
+    assert "Quota limit reached" in why and "position 1" in why, why
+    assert page.locator("#why-pending .reason-code").get_attribute("title") == "QUOTA_LIMIT"
     assert page.locator("#action-cancel").is_visible()

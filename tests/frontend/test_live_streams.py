@@ -218,6 +218,8 @@ def test_the_cluster_stream_coalesces_samples_into_one_message_a_second(world: W
         layout = await receive(stream)
         assert layout["type"] == "cluster"
         assert [(node["name"], len(node["gpus"])) for node in layout["nodes"]] == [("n1", 2), ("n2", 1)]
+        holders = await receive(stream)
+        assert holders == {"type": "holders", "workloads": {}, "nodes": {"n1": [None, None], "n2": [None]}}
         for utilization in (10.0, 30.0):
             publish_samples(node_gpu_group("n1"), _samples("n1", 2, utilization))
         publish_samples(node_gpu_group("n2"), _samples("n2", 1, 70.0))

@@ -140,6 +140,7 @@ PAGES = [
         post_role=Role.ADMIN,  # anyone revokes their own tokens; another member's, the tenant's admins
     ),
     PageRoute("audit", _t("audit/"), Role.ADMIN),
+    PageRoute("audit_export", _t("audit/export.csv"), Role.ADMIN),
     PageRoute("presets", _t("presets/"), Role.ADMIN, setup=_preset),
     PageRoute("preset_edit", _t("presets/{pk}/"), Role.ADMIN, setup=_preset, post=lambda w, x: {"delete": "1"}),
     PageRoute("queue", _t("queue/"), Role.VIEWER),
@@ -176,6 +177,7 @@ PAGES = [
     PageRoute("ops_node", _o("nodes/n1/"), None, setup=_ready_node, post=lambda w, x: {"action": "cordon"}),
     PageRoute("ops_gpus", _o("gpus/"), None, setup=_ready_node),
     PageRoute("ops_cluster", _o("cluster/"), None, setup=_ready_node),
+    PageRoute("demo_fleet", _o("cluster/demo/"), None, post=lambda w, x: {}, get=False),
     PageRoute("ops_allocation", _o("allocation/"), None),
     PageRoute("ops_images", _o("images/"), None, setup=_image),
     PageRoute("ops_image_delete", _o("images/{pk}/delete/"), None, setup=_image, post=lambda w, x: {}, get=False),

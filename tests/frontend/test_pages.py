@@ -76,13 +76,13 @@ def test_impossible_project_quota_shows_the_rule_on_its_field_and_writes_nothing
             "pq-project": "alpha",
             "pq-pool": "shared",
             "pq-guaranteed": 12,
-            "pq-limit": 12,
+            "pq-limit": 17,
             "pq-weight": 1,
         },
     )
     assert response.status_code == 200
-    assert 'data-field="guaranteed"' in response.content.decode()
-    assert "the tenant is guaranteed 8" in response.content.decode()
+    assert 'data-field="limit"' in response.content.decode()
+    assert "exceeds the tenant&#x27;s limit of 16 GPUs" in response.content.decode()
     assert not ProjectQuota.all_tenants.exists()
     assert AuditEvent.all_tenants.count() == before
 

@@ -303,7 +303,7 @@ def test_the_page_shows_why_it_waits_its_timeline_and_where_it_runs(team: World)
     allocations = page.split('id="allocations"')[1].split("</table>")[0]
     assert allocations.count("<code>n1</code>") == 2 and "NVIDIA H100" in allocations
     timeline = " ".join(page.split('id="timeline"')[1].split("</table>")[0].split())
-    assert "Submitted by member_a" in timeline and "pending → scheduled" in timeline
+    assert "Submitted by member_a" in timeline and "Pending → Scheduled" in timeline
 
 
 def _store_log(world: World, workload: Workload, *, lines: int, attempt: int = 1) -> None:
@@ -406,7 +406,7 @@ def test_the_owner_restarts_an_ended_workload_as_a_new_attempt(team: World) -> N
     restarted = Workload.all_tenants.get(pk=workload.pk)
     assert (restarted.state, restarted.attempt) == (WorkloadState.PENDING, 2)
     timeline = logged_in("member_a").get(detail(workload)).content.decode().split('id="timeline"')[1]
-    assert "cancelled → pending" in timeline and "RESTARTED" in timeline
+    assert "Cancelled → Pending" in timeline and "RESTARTED" in timeline
 
 
 def test_an_idle_notebook_offers_extend_to_its_owner(team: World) -> None:

@@ -26,7 +26,7 @@ from common.api.fields import Integer
 from gpucloud.asgi import django_asgi_app
 from jobs.api.ingest import SubmissionIngest
 from jobs.api.ingest_plan import build_plan
-from jobs.api.serializers import BulkInputSerializer, WorkloadInputSerializer, WorkloadItemSerializer
+from jobs.api.serializers import BulkInputSerializer, CommandField, WorkloadInputSerializer, WorkloadItemSerializer
 from tests.conftest import World
 from tests.jobs.test_ingest import (
     BULK,
@@ -68,6 +68,9 @@ def _values(field: serializers.Field) -> Iterator[tuple[str, Any]]:
         yield from (("empty", []), ("one", ["a"]), ("a string", "a"), ("a number inside", [1]), ("an object", {}))
     elif isinstance(field, serializers.DictField):
         yield from (("empty", {}), ("one", {"K": "v"}), ("a number inside", {"K": 1}), ("a list", ["K"]))
+    elif isinstance(field, CommandField):  # a list of strings, or one line the service splits
+        yield from (("empty", []), ("one", ["a"]), ("a line", "run --note 'two words'"), ("unclosed", "a 'b"))
+        yield from (("an empty line", ""), ("a number inside", [1]), ("an object", {}), ("a number", 1))
     else:  # a field type this generator does not know yet: fail, so that it learns it
         pytest.fail(f"no probes for {type(field).__name__}: teach _values this field type")
 

@@ -124,7 +124,7 @@ def test_every_write_records_exactly_one_event(
             "admin_a",
             "post",
             f"{T}/project-quotas/",
-            {"project": "alpha", "pool": "shared", "guaranteed": 9, "limit": 9},
+            {"project": "alpha", "pool": "shared", "guaranteed": 9, "limit": 17},
         ),
         ("operator", "delete", "/api/v1/node-pools/shared/", None),
         ("admin_a", "patch", f"{T}/projects/alpha/", {"name": ""}),

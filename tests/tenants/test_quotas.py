@@ -11,7 +11,7 @@ from django.db import connection
 from inventory.models import NodePool
 from tenants import services
 from tenants.context import Actor
-from tenants.models import AuditEvent, Project, ProjectQuota, TenantQuota
+from tenants.models import NO_LIMIT, AuditEvent, Project, ProjectQuota, TenantQuota
 from tests.conftest import World, client_for
 
 PROJECT_QUOTAS = "/api/v1/tenants/tenant-a/project-quotas/"
@@ -48,7 +48,6 @@ def _post_project_quota(world: World, **numbers: Any) -> Any:
         ({"weight": 1_001}, "weight", "out_of_range"),
         ({"weight": -2}, "weight", "out_of_range"),
         ({"max_runtime_seconds": 5}, "max_runtime_seconds", "out_of_range"),
-        ({"guaranteed": 9, "limit": 9}, "guaranteed", "exceeds_tenant_guarantee"),
         ({"limit": 17}, "limit", "above_tenant_limit"),
         ({"guaranteed": "many"}, "guaranteed", "invalid"),
     ],
@@ -61,20 +60,54 @@ def test_impossible_project_quota_is_refused_naming_field_and_rule(
     _unchanged(before)
 
 
-def test_projects_guarantees_sum_to_at_most_the_tenants(world: World) -> None:
+def test_projects_guarantees_above_the_tenants_are_saved_with_a_warning_saying_by_how_much(world: World) -> None:
     second = Project.all_tenants.create(tenant=world.tenant_a, slug="second", name="Second")
-    assert _post_project_quota(world, guaranteed=5, limit=8).status_code == 201
-    before = _counts()
+    first = _post_project_quota(world, guaranteed=5, limit=8)
+    # The pool has no GPUs yet, which the tenant admin hears about too, for their own tenant's guarantee only.
+    assert first.status_code == 201 and [w["scope"] for w in first.json()["warnings"]] == ["pool"]
+    assert first.json()["warnings"][0]["message"].startswith("This tenant is guaranteed 8 GPUs in pool shared")
     response = client_for(world.admin_a).post(
         PROJECT_QUOTAS, {"project": second.slug, "pool": "shared", "guaranteed": 4, "limit": 4}, format="json"
     )
-    _refused(response, "guaranteed", "exceeds_tenant_guarantee")
-    assert "3 left" in response.json()["error"]["message"]
-    _unchanged(before)
-    ok = client_for(world.admin_a).post(
-        PROJECT_QUOTAS, {"project": second.slug, "pool": "shared", "guaranteed": 3, "limit": 16}, format="json"
+    assert response.status_code == 201, response.content
+    [warning] = [w for w in response.json()["warnings"] if w["scope"] == "tenant"]
+    assert (warning["scope"], warning["pool"], warning["guaranteed"], warning["available"], warning["excess"]) == (
+        "tenant",
+        "shared",
+        9,
+        8,
+        1,
     )
-    assert ok.status_code == 201
+    assert "oversubscribed by 1" in warning["message"]
+    fixed = client_for(world.admin_a).patch(
+        f"{PROJECT_QUOTAS}{response.json()['id']}/", {"guaranteed": 3}, format="json"
+    )
+    assert fixed.status_code == 200 and [w["scope"] for w in fixed.json()["warnings"]] == ["pool"]
+
+
+def test_a_tenant_guarantee_above_the_pools_gpus_is_saved_with_a_warning(world: World) -> None:
+    """The pool has no node at all: 8 guaranteed GPUs are 8 more than exist, and the operator hears so."""
+    response = client_for(world.operator).patch(f"{TENANT_QUOTAS}{world.quota_a.pk}/", {"weight": 2}, format="json")
+    assert response.status_code == 200
+    [warning] = response.json()["warnings"]
+    assert (warning["scope"], warning["guaranteed"], warning["available"], warning["excess"]) == ("pool", 8, 0, 8)
+    assert "All tenants' guarantees in pool shared total 8 GPUs" in warning["message"]
+
+
+def test_an_empty_limit_means_no_limit(world: World) -> None:
+    """Left out or null, a limit is no limit: the API shows null and a project may then borrow up to the tenant's."""
+    created = _post_project_quota(world, limit=None)
+    assert created.status_code == 201, created.content
+    assert created.json()["limit"] is None
+    assert ProjectQuota.all_tenants.get(pk=created.json()["id"]).limit == NO_LIMIT
+    # With a project unlimited, the tenant's own limit can still be lowered: nothing of the project's is above it.
+    lowered = client_for(world.operator).patch(f"{TENANT_QUOTAS}{world.quota_a.pk}/", {"limit": 10}, format="json")
+    assert lowered.status_code == 200 and lowered.json()["limit"] == 10
+    unlimited = client_for(world.operator).patch(f"{TENANT_QUOTAS}{world.quota_a.pk}/", {"limit": None}, format="json")
+    assert unlimited.json()["limit"] is None
+    fresh = NodePool.objects.create(name="fresh")
+    omitted = client_for(world.operator).post(TENANT_QUOTAS, {"pool": fresh.name, "guaranteed": 1}, format="json")
+    assert omitted.status_code == 201 and omitted.json()["limit"] is None
 
 
 def test_project_quota_needs_a_tenant_quota_in_the_pool(world: World) -> None:
@@ -125,15 +158,16 @@ def test_tenant_admin_cannot_change_their_tenants_quota(world: World) -> None:
     )
 
 
-def test_operator_cannot_lower_the_tenant_below_its_projects(world: World) -> None:
+def test_operator_cannot_lower_the_tenants_limit_below_a_projects_but_may_its_guarantee(world: World) -> None:
     assert _post_project_quota(world, guaranteed=6, limit=12).status_code == 201
     url = f"{TENANT_QUOTAS}{world.quota_a.pk}/"
     operator = client_for(world.operator)
     before = _counts()
-    _refused(operator.patch(url, {"guaranteed": 5}, format="json"), "guaranteed", "below_project_guarantees")
     _refused(operator.patch(url, {"guaranteed": 8, "limit": 11}, format="json"), "limit", "below_project_limit")
     _unchanged(before)
-    assert operator.patch(url, {"guaranteed": 6, "limit": 12}, format="json").status_code == 200
+    lowered = operator.patch(url, {"guaranteed": 5, "limit": 12}, format="json")
+    assert lowered.status_code == 200
+    assert {(w["scope"], w["excess"]) for w in lowered.json()["warnings"]} == {("tenant", 1), ("pool", 5)}
 
 
 def test_quota_in_a_pool_dedicated_to_another_tenant_is_refused(world: World) -> None:
@@ -158,31 +192,36 @@ def test_deleting_a_tenant_quota_removes_its_projects_quotas_in_that_pool(world:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_project_quotas_cannot_together_exceed_the_tenant_guarantee(world: World) -> None:
-    """Each of two 5-GPU guarantees fits in the tenant's 8; together they don't. The row lock lets one through."""
-    second = Project.all_tenants.create(tenant=world.tenant_a, slug="second", name="Second")
+def test_concurrent_limit_changes_cannot_together_put_a_project_above_its_tenant(world: World) -> None:
+    """The tenant's limit going down to 6 and a project's going up to 12 each pass alone; together they would
+    leave the project above its tenant. The lock on the tenant's quota row lets one through."""
+    quota = services.create_project_quota(
+        actor=Actor(user=world.admin_a), project=world.project_a, pool=world.pool, values=services.QuotaValues(limit=4)
+    )
     barrier = threading.Barrier(2)
     outcomes: list[str] = []
 
-    def create(project: Project) -> None:
+    def run(change: Any) -> None:
         try:
             barrier.wait(timeout=10)
-            services.create_project_quota(
-                actor=Actor(user=world.admin_a),
-                project=project,
-                pool=world.pool,
-                values=services.QuotaValues(guaranteed=5, limit=5),
-            )
-            outcomes.append("created")
+            change()
+            outcomes.append("saved")
         except Exception as error:  # the loser's error is the point of the test
             outcomes.append(type(error).__name__)
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=create, args=(p,)) for p in (world.project_a, second)]
+    def lower_tenant() -> None:
+        services.update_tenant_quota(actor=Actor(user=world.operator), quota=world.quota_a, changes={"limit": 6})
+
+    def raise_project() -> None:
+        services.update_project_quota(actor=Actor(user=world.admin_a), quota=quota, changes={"limit": 12})
+
+    threads = [threading.Thread(target=run, args=(change,)) for change in (lower_tenant, raise_project)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=30)
-    assert sorted(outcomes) == ["ValidationError", "created"]
-    assert sum(ProjectQuota.all_tenants.values_list("guaranteed", flat=True)) == 5
+    assert sorted(outcomes) == ["ValidationError", "saved"]
+    tenant_limit = TenantQuota.all_tenants.get(pk=world.quota_a.pk).limit
+    assert ProjectQuota.all_tenants.get(pk=quota.pk).limit <= tenant_limit

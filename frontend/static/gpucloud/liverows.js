@@ -25,6 +25,7 @@ const COLUMNS = {
 const root = document.querySelector("[data-live-rows]");
 const kind = root.dataset.liveRows;
 const labels = pageData("workload-state-labels", {});
+const reasonLabels = pageData("workload-reason-labels", {});
 const newIds = new Set();
 const firstRendered = Math.max(0, ...[...root.querySelectorAll("tr[data-workload]")].map((r) => Number(r.dataset.workload)));
 
@@ -43,9 +44,19 @@ function badge(state) {
   return element("span", `state wstate-${state}`, labels[state] ?? state);
 }
 
+/** Return a reason code as the templates' `reason` filter draws it: its words, the code in the title. */
+function reasonLabel(code) {
+  const words = element("span", "reason-code", reasonLabels[code] ?? code);
+  words.title = code;
+  words.dataset.reasonCode = code;
+  const strong = element("strong");
+  strong.append(words);
+  return strong;
+}
+
 function reasonNodes(event, className) {
   const reason = element("small", className);
-  reason.append(element("code", "", event.reason_code), " ", truncated(event.reason ?? ""));
+  reason.append(reasonLabel(event.reason_code), ": ", truncated(event.reason ?? ""));
   return reason;
 }
 
@@ -121,7 +132,7 @@ function waitingCells(row, event) {
   if (event.reason_code !== row.dataset.reasonCode) {
     row.dataset.reasonCode = event.reason_code ?? "";
     const why = event.reason_code
-      ? [element("code", "", event.reason_code), " ", event.reason ?? ""]
+      ? [reasonLabel(event.reason_code), ": ", event.reason ?? ""]
       : [element("span", "muted", "not looked at yet")];
     setCell(row, "why", why);
   }

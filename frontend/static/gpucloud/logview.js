@@ -269,7 +269,7 @@ function highlighted(text, query) {
   return nodes;
 }
 
-/** Put the workload's new state on its badge; past the page's own state, offer a reload for its actions. */
+/** Put the workload's new state on its badge at once (workloadlive.js then redraws the rest of the page). */
 function showState(state, ended) {
   const badge = document.querySelector("[data-workload-state]");
   if (!badge) return;
@@ -278,8 +278,6 @@ function showState(state, ended) {
   badge.textContent = labels[state] ?? state;
   badge.dataset.workloadState = state;
   document.body.dataset.workloadEnded = String(Boolean(ended));
-  const hint = document.querySelector("[data-state-changed]");
-  if (hint) hint.hidden = state === hint.dataset.stateChanged;
 }
 
 for (const root of document.querySelectorAll("[data-log-viewer]")) new LogView(root);
