@@ -149,12 +149,13 @@ def _shown(name: str, value: Any, names: _Names) -> str:
 
 
 def _changes(event: AuditEvent, names: _Names) -> list[Change]:
-    """Return the fields the action changed (all of them for a creation or a deletion), in recorded order."""
+    """Return the fields the action changed (all of them for a creation or a deletion): known fields in
+    FIELD_NAMES' order, then the rest by name (Postgres' jsonb keeps no order of its own)."""
     before = event.before if isinstance(event.before, dict) else {}
     after = event.after if isinstance(event.after, dict) else {}
     both = before and after
     changes = []
-    for key in dict.fromkeys([*before, *after]):
+    for key in sorted({*before, *after}, key=_field_order):
         if both and before.get(key) == after.get(key):
             continue
         # A creation or a deletion lists what the subject had, not every empty field it could have had.
@@ -169,6 +170,11 @@ def _changes(event: AuditEvent, names: _Names) -> list[Change]:
             )
         )
     return changes
+
+
+def _field_order(key: str) -> tuple[int, str]:
+    known = list(FIELD_NAMES)
+    return (known.index(key), "") if key in FIELD_NAMES else (len(known), key)
 
 
 def _kind(event: AuditEvent) -> str:

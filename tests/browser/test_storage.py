@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -126,6 +127,18 @@ def _open_lab(page: Any) -> Any:
     return lab
 
 
+def _auto_opened_lab(page: Any, workload_id: int) -> Any:
+    """Return the JupyterLab tab the workload page opened by itself once the notebook was ready."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        opened = [tab for tab in page.context.pages if f"/notebooks/{workload_id}/lab" in tab.url]
+        if opened:
+            opened[0].locator("#jp-main-dock-panel").wait_for(timeout=30_000)
+            return opened[0]
+        page.wait_for_timeout(100)
+    raise AssertionError("the workload page did not open JupyterLab by itself")
+
+
 def _kernel_idle(lab: Any) -> None:
     """Wait until the notebook's kernel is connected (through the proxy's WebSocket) and idle."""
     status = lab.locator('.jp-StatusBar-TextItem[title^="Change kernel"]', has_text="| Idle")
@@ -150,8 +163,7 @@ def test_a_notebooks_files_survive_idle_hibernation_and_resume_where_its_owner_l
     first_pid = _jupyter_pid(agent, workload)
 
     # In JupyterLab, through the console's proxy: a notebook whose cell writes a file, then saved.
-    live_page.reload()
-    lab = _open_lab(live_page)
+    lab = _auto_opened_lab(live_page, workload_id)  # launched from this page: JupyterLab opens by itself
     assert lab.url.endswith(f"/notebooks/{workload_id}/lab"), lab.url
     lab.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
     _kernel_idle(lab)
