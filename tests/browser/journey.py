@@ -3,7 +3,7 @@
 A journey test walks one persona from an empty database to their goal and
 calls `step` at each point a person would stop and look. With
 GPUCLOUD_JOURNEY_SHOTS set to a directory, each step also saves a full-page
-screenshot there as `<persona>-<NN>-<slug>.png` and appends its caption to
+screenshot there as `<persona>-<NN>-<slug>.jpg` and appends its caption to
 `<persona>.md`, the page docs/journeys.md links to
 (`GPUCLOUD_JOURNEY_SHOTS=docs/journeys make test PYTEST_ARGS="tests/browser -k journey"`).
 Without it, a step only checks that the page shows no script error or failed request,
@@ -34,8 +34,8 @@ class Journey:
         if self.directory is None:
             return
         slug = re.sub(r"[^a-z0-9]+", "-", caption.lower()).strip("-")[:40]
-        name = f"{self.persona}-{self.count:02d}-{slug}.png"
-        page.screenshot(path=str(self.directory / name), full_page=True)
+        name = f"{self.persona}-{self.count:02d}-{slug}.jpg"
+        page.screenshot(path=str(self.directory / name), full_page=True, type="jpeg", quality=80)
         with (self.directory / f"{self.persona}.md").open("a") as section:
             section.write(f"{self.count}. {caption}\n\n   ![{caption}]({name})\n\n")
 
