@@ -108,3 +108,25 @@ class ReasonCode(models.TextChoices):
     ENGINE_LOST_RUN = "ENGINE_LOST_RUN", "The node's container engine lost track of it"
     HIBERNATED_BY_USER = "HIBERNATED_BY_USER", "Hibernated by a user"
     RESUMED = "RESUMED", "Resumed by a user"
+
+
+class WorkloadEventKind(models.TextChoices):
+    """The kinds of `WorkloadEvent`, with their labels for people (the timeline shows the label, the kind in
+    its title). A test finds every kind the code writes and holds it to having one here."""
+
+    SUBMITTED = "workload.submitted", "Submitted"
+    STATE_CHANGED = "workload.state_changed", "State changed"
+    IMAGE_PULLED = "workload.image_pulled", "Image pulled"
+    CHECKPOINT = "workload.checkpoint", "Checkpoint saved"
+    IDLE_WARNING = "workload.idle_warning", "Idle warning"
+    IDLE_WARNING_CLEARED = "workload.idle_warning_cleared", "Idle warning called off"
+    IDLE_EXTENDED = "workload.idle_extended", "Idle timeout extended"
+
+
+def event_kind_label(kind: str) -> str:
+    """Return the label of a workload event kind ('workload.image_pulled' -> 'Image pulled'); an unknown kind
+    is returned as it is."""
+    try:
+        return str(WorkloadEventKind(kind).label)
+    except ValueError:
+        return kind

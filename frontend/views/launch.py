@@ -18,10 +18,11 @@ from common.errors import Conflict
 from frontend import forms
 from frontend.access import Page, tenant_view
 from inventory.models import NodePool
-from inventory.selectors import pools_open_to_tenant
+from inventory.selectors import pool_capacity, pools_open_to_tenant
 from jobs import selectors as job_selectors
 from jobs import services
 from jobs.models import LaunchPreset, Workload
+from jobs.services.spec import input_errors
 from tenants import selectors as tenant_selectors
 from tenants.choices import Role
 from tenants.models import Project
@@ -37,22 +38,44 @@ def _submittable_projects(page: Page) -> list[Project]:
 
 @dataclass(frozen=True)
 class LaunchChoices:
-    """What the viewer may launch with: projects they may submit into, the tenant's pools and presets."""
+    """What the viewer may launch with: projects they may submit into, the tenant's pools, presets and GPU models.
+
+    `gpu_models` maps each GPU model present in the tenant's pools to the pools that have it.
+    """
 
     projects: list[Project]
     pools: list[NodePool]
     presets: list[LaunchPreset]
+    gpu_models: dict[str, list[str]]
 
     @classmethod
     def of(cls, page: Page) -> LaunchChoices:
+        pools = list(pools_open_to_tenant(page.tenant.pk).order_by("name"))
         return cls(
             projects=_submittable_projects(page),
-            pools=list(pools_open_to_tenant(page.tenant.pk).order_by("name")),
+            pools=pools,
             presets=list(job_selectors.presets_for_tenant()),
+            gpu_models=_gpu_models(pools),
         )
 
     def preset(self, pk: Any) -> LaunchPreset | None:
         return next((p for p in self.presets if str(p.pk) == str(pk)), None)
+
+    def pool(self, name: Any) -> NodePool | None:
+        return next((p for p in self.pools if p.name == name), None)
+
+    def gpu_model_choices(self) -> list[tuple[str, str]]:
+        """Return the GPU model choices, each labelled with the pools that have it."""
+        return [(model, f"{model} (in {', '.join(pools)})") for model, pools in sorted(self.gpu_models.items())]
+
+
+def _gpu_models(pools: list[NodePool]) -> dict[str, list[str]]:
+    names = {pool.pk: pool.name for pool in pools}
+    found: dict[str, list[str]] = {}
+    for pool_id, models in pool_capacity(sorted(names)).items():
+        for row in models:
+            found.setdefault(row["model"], []).append(names[pool_id])
+    return {model: sorted(in_pools) for model, in_pools in found.items()}
 
 
 def preset_initial(preset: LaunchPreset) -> dict[str, Any]:
@@ -82,12 +105,15 @@ def launch(request: HttpRequest, page: Page) -> HttpResponse:
         initial={**(preset_initial(chosen) if chosen else {}), "idempotency_key": uuid.uuid4().hex},
         project_choices=[(p.slug, p.name) for p in choices.projects],
         pool_choices=[(p.name, p.name) for p in choices.pools],
+        gpu_model_choices=choices.gpu_model_choices(),
     )
     if form.is_valid():
         workload = _submit(page, form, choices)
         if workload is not None:
             messages.success(request, f"Workload {workload.name} submitted.")
             return redirect("frontend:workload", tenant=page.tenant.slug, pk=workload.pk)
+    elif form.is_bound:
+        _add_rule_errors(form, choices)
     if form.is_bound:
         chosen = choices.preset(form.data.get(form.add_prefix("preset")))
     context = {"page": page, "form": form, "presets": choices.presets, "preset": chosen, "projects": choices.projects}
@@ -95,10 +121,24 @@ def launch(request: HttpRequest, page: Page) -> HttpResponse:
     return render(request, "frontend/launch.html", context, status=400 if form.errors else 200)
 
 
+def _add_rule_errors(form: forms.LaunchForm, choices: LaunchChoices) -> None:
+    """Put the service's rules that the fields which did clean break next to the form's own errors.
+
+    The form refuses what it cannot parse (a number that is not one) before
+    the service runs; its rules for the other fields are reported with them,
+    so the page names every failing field at once.
+    """
+    pool = choices.pool(form.cleaned_data.get("pool"))
+    preset = choices.preset(form.cleaned_data.get("preset"))
+    errors = input_errors(form.workload_data(pool, preset), refused=form.refused_fields())
+    if errors:
+        form.add_service_errors(ValidationError(errors))
+
+
 def _submit(page: Page, form: forms.LaunchForm, choices: LaunchChoices) -> Workload | None:
     """Submit the form's workload; on a refusal put the service's errors on the form and return None."""
     project = next(p for p in choices.projects if p.slug == form.cleaned_data["project"])
-    pool = next(p for p in choices.pools if p.name == form.cleaned_data["pool"])
+    pool = choices.pool(form.cleaned_data["pool"])
     preset = choices.preset(form.cleaned_data["preset"])
     try:
         if form.cleaned_data["preset"] and preset is None:
@@ -110,7 +150,7 @@ def _submit(page: Page, form: forms.LaunchForm, choices: LaunchChoices) -> Workl
             idempotency_key=form.cleaned_data["idempotency_key"] or None,
         )
     except (ValidationError, Conflict) as error:
-        forms.apply_service_errors(form, error)
+        form.add_service_errors(error)
     except PermissionDenied as error:
         form.add_error(None, str(error))
     # The key was not used (nothing was written) or was used for another request: a fresh one either way.

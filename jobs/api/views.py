@@ -13,12 +13,14 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, renderers, status
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from jobs import selectors, services
 from jobs.api import serializers as s
 from jobs.api.filters import WorkloadFilter
+from jobs.api.submission_errors import with_rule_errors
 from jobs.models import AllowedImage, LaunchPreset, Workload
 from jobs.services import images, presets
 from tenants.api.base import PlatformViewSet, TenantViewSet
@@ -35,6 +37,15 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 
 def _idempotency_key(request: Request) -> str | None:
     return request.headers.get("Idempotency-Key")
+
+
+def _submission_input(view: TenantViewSet, *, bulk: bool) -> dict[str, Any]:
+    """Return the view's validated submission body; raise naming every failing field, shape and rule alike."""
+    assert view.input_serializer_class is not None
+    try:
+        return view.validated_input(view.input_serializer_class)
+    except ValidationError as refused:
+        raise with_rule_errors(refused, view.request.data, view.get_serializer_context(), bulk=bulk) from None
 
 
 def _status(submission: services.Submission) -> int:
@@ -93,7 +104,7 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
         parameters=[IDEMPOTENCY_KEY],
     )
     def create(self, request: Request, tenant: str) -> Response:
-        data = self.validated_input(self.input_serializer_class)
+        data = _submission_input(self, bulk=False)
         project = data.pop("project")
         submission = services.submit(
             actor=self.actor, project=project, items=[data], idempotency_key=_idempotency_key(request)
@@ -173,7 +184,7 @@ class WorkloadBulkEndpoint(TenantViewSet):
         parameters=[IDEMPOTENCY_KEY],
     )
     def create(self, request: Request, tenant: str) -> Response:
-        data = self.validated_input(self.input_serializer_class)
+        data = _submission_input(self, bulk=True)
         submission = services.submit(
             actor=self.actor,
             project=data["project"],

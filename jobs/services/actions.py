@@ -57,7 +57,7 @@ def check_rules_again(workload: Workload) -> None:
     )
     images.check_images([spec], workload.tenant_id, bulk=False)
     limits = rules.lock_limits(workload.project, [workload.pool])
-    rules.check_gpu_limits([spec], limits, workload.project, bulk=False)
+    rules.check_gpu_limit(spec, limits[workload.pool.pk], workload.project)
     rules.check_counts([spec], limits, workload.project, workload.owner)
 
 

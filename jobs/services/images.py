@@ -20,13 +20,22 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from common.errors import invalid
 from jobs import sql
 from jobs.choices import WorkloadKind
 from jobs.models import AllowedImage
-from jobs.services.spec import IMAGE_RULE, MAX_IMAGE_LENGTH, WorkloadSpec, prefixed
+from jobs.services.spec import (
+    IMAGE_RULE,
+    MAX_IMAGE_LENGTH,
+    FieldErrors,
+    WorkloadSpec,
+    add_errors,
+    prefixed,
+    raise_errors,
+)
 from tenants.context import Actor
 from tenants.models import Tenant
 from tenants.services.access import require_operator
@@ -103,17 +112,28 @@ def policies_for_tenants(tenant_ids: Collection[int]) -> dict[int, ImagePolicy]:
 def check_images(
     specs: Sequence[WorkloadSpec], tenant_id: int, *, bulk: bool, policy: ImagePolicy | None = None
 ) -> None:
-    """Raise ValidationError on `image` (rules `image_not_allowed`, `not_a_notebook_image`) for the first item
+    """Raise ValidationError on `image` (rules `image_not_allowed`, `not_a_notebook_image`) naming every item
     whose image the tenant may not run. One query for all items, none when the tenant's `policy` is given."""
     if policy is None:
         policy = policy_for_tenant(tenant_id)
     if not policy.enforced:
         return
+    errors: FieldErrors = {}
     for index, spec in enumerate(specs):
-        refusal = policy.refusal(spec.image, notebook=spec.kind == WorkloadKind.NOTEBOOK)
-        if refusal is not None:
-            error = invalid("image", *refusal)
-            raise prefixed(error, f"items[{index}].") if bulk else error
+        try:
+            check_image_allowed(policy, spec.image, spec.kind)
+        except ValidationError as error:
+            add_errors(errors, prefixed(error, f"items[{index}].") if bulk else error)
+    raise_errors(errors)
+
+
+def check_image_allowed(policy: ImagePolicy, image: str, kind: str) -> None:
+    """Raise ValidationError on `image` (rules `image_not_allowed`, `not_a_notebook_image`) unless `policy`
+    lets the tenant run `image` as a workload of `kind`: the allow-list's one rule, for submissions and presets.
+    """
+    refusal = policy.refusal(image, notebook=kind == WorkloadKind.NOTEBOOK)
+    if refusal is not None:
+        raise invalid("image", *refusal)
 
 
 @transaction.atomic

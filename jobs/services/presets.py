@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from common.errors import invalid
@@ -22,7 +23,7 @@ from inventory.models import NodePool
 from jobs.choices import WorkloadKind
 from jobs.models import LaunchPreset
 from jobs.services import images
-from jobs.services.spec import FILLED_BY_PRESET, check_container, check_idle_timeout, check_image, check_int, check_kind
+from jobs.services.spec import FILLED_BY_PRESET, FieldErrors, gather, raise_errors, rule_errors
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Tenant, TenantQuota
@@ -83,8 +84,7 @@ def update_preset(*, actor: Actor, preset: LaunchPreset, changes: dict[str, Any]
     require_role(actor, tenant, Role.ADMIN)
     preset = LaunchPreset.all_tenants.select_for_update().select_related("pool").get(pk=preset.pk)
     unknown = sorted(set(changes) - {f.name for f in fields(PresetValues)})
-    if unknown:
-        raise invalid(unknown[0], "unknown_field", "Not a field of a launch preset.")
+    raise_errors({name: [ValidationError("Not a field of a launch preset.", code="unknown_field")] for name in unknown})
     values = replace(_values_of(preset), **changes)
     _check(tenant, values)
     with _unique_name(values.name):
@@ -127,32 +127,39 @@ def _unique_name(name: str) -> Iterator[None]:
 
 
 def _check(tenant: Tenant, values: PresetValues) -> None:
-    """Raise ValidationError naming the first field of `values` that breaks its rule."""
-    _check_text(values)
-    check_kind(values.kind)
-    check_image(values.image)
-    check_container(values.image, list(values.command or []), {})
-    for name in _RESOURCES:
-        check_int(name, getattr(values, name))
-    check_idle_timeout(values.idle_timeout_seconds, values.kind)
-    _check_image_allowed(tenant, values)
-    _check_pool(tenant, values)
+    """Raise ValidationError naming every field of `values` that breaks its rule, all at once.
+
+    The field rules are a submission's (`jobs.services.spec.rule_errors`);
+    the rules that read the database run on the fields that passed them.
+    """
+    errors: FieldErrors = {}
+    gather(errors, lambda: _check_name(values.name))
+    gather(errors, lambda: _check_description(values.description))
+    checked = {name: getattr(values, name) for name in ("kind", "image", *_RESOURCES, "idle_timeout_seconds")}
+    for name, found in rule_errors({**checked, "command": list(values.command or [])}).items():
+        errors.setdefault(name, []).extend(found)
+    if not errors.keys() & {"kind", "image"}:
+        gather(errors, lambda: _check_image_allowed(tenant, values))
+    if not errors.keys() & {"pool", *_RESOURCES}:
+        gather(errors, lambda: _check_pool(tenant, values))
+    raise_errors(errors)
 
 
-def _check_text(values: PresetValues) -> None:
-    name = values.name.strip() if isinstance(values.name, str) else ""
-    if not name or len(name) > MAX_NAME_LENGTH or not name.isprintable() or name != values.name:
+def _check_name(name: object) -> None:
+    stripped = name.strip() if isinstance(name, str) else ""
+    if not stripped or len(stripped) > MAX_NAME_LENGTH or not stripped.isprintable() or stripped != name:
         raise invalid(
             "name", "invalid_name", f"Give 1 to {MAX_NAME_LENGTH} printable characters, no leading or trailing space."
         )
-    if not isinstance(values.description, str) or len(values.description) > MAX_DESCRIPTION_LENGTH:
+
+
+def _check_description(description: object) -> None:
+    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION_LENGTH:
         raise invalid("description", "too_long", f"At most {MAX_DESCRIPTION_LENGTH} characters.")
 
 
 def _check_image_allowed(tenant: Tenant, values: PresetValues) -> None:
-    refusal = images.policy_for_tenant(tenant.pk).refusal(values.image, notebook=values.kind == WorkloadKind.NOTEBOOK)
-    if refusal is not None:
-        raise invalid("image", *refusal)
+    images.check_image_allowed(images.policy_for_tenant(tenant.pk), values.image, values.kind)
 
 
 def _check_pool(tenant: Tenant, values: PresetValues) -> None:

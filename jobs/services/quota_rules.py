@@ -1,9 +1,13 @@
 """Submission rules that read the ledger: quotas, count limits, the pool's GPU models and largest placement.
 
-Each check reads what every item of a submission needs in one set-based
-query, whatever the number of items, and raises ValidationError naming the
-field and the rule. The caller holds the lock on the project's quota rows,
-so the counts cannot change under it.
+The reads (`limits_of`, `gpus_by_node`, `load_counts`) fetch what every
+item of a batch of submissions needs in one set-based query each, whatever
+the number of items. Each check then takes one workload (the counts: one
+submission) and raises ValidationError naming the field and the rule, so
+the caller can report every item's failures at once
+(`jobs.services.submission.checks`). The caller holds the lock on the
+project's quota rows where a count limit applies, so the counts cannot
+change under it.
 
 The reads every submission makes (the locked limits, the pool's GPUs, the
 counts) are written in SQL, in `jobs.sql`: building the same queries with
@@ -19,14 +23,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.core.exceptions import ValidationError
 
 from common.errors import invalid
 from inventory.choices import GpuHealth, NodeState
 from inventory.models import NodePool
 from jobs import sql
 from jobs.choices import TERMINAL_STATES, WorkloadKind, WorkloadState
-from jobs.services.spec import WorkloadSpec, prefixed
+from jobs.services.spec import WorkloadSpec
 from tenants.models import Project
 
 # Nodes whose GPUs count toward the largest placement possible: everything
@@ -100,76 +103,56 @@ def _limits(pool: NodePool, row: tuple[Any, ...]) -> Limits:
     )
 
 
-def check_pool_open(specs: Sequence[WorkloadSpec], tenant_id: int, *, bulk: bool) -> None:
-    """Raise ValidationError on `pool` (rule `pool_dedicated`) when a pool is dedicated to another tenant."""
-    for index, spec in enumerate(specs):
-        dedicated = spec.pool.dedicated_tenant_id
-        if dedicated is not None and dedicated != tenant_id:
-            error = invalid("pool", "pool_dedicated", f"Pool {spec.pool.name} is dedicated to another tenant.")
-            raise _at(error, index, bulk)
+def check_pool_open(spec: WorkloadSpec, tenant_id: int) -> None:
+    """Raise ValidationError on `pool` (rule `pool_dedicated`) when the spec's pool is dedicated to another tenant."""
+    dedicated = spec.pool.dedicated_tenant_id
+    if dedicated is not None and dedicated != tenant_id:
+        raise invalid("pool", "pool_dedicated", f"Pool {spec.pool.name} is dedicated to another tenant.")
 
 
-def with_runtime_defaults(
-    specs: Sequence[WorkloadSpec], limits: dict[int, Limits], *, bulk: bool
-) -> list[WorkloadSpec]:
-    """Return `specs` with an unset max runtime set to the quota's.
+def with_runtime_default(spec: WorkloadSpec, limit: Limits) -> WorkloadSpec:
+    """Return `spec` with an unset max runtime set to the quota's (`limit`, in the spec's pool).
 
-    Raises ValidationError on `max_runtime_seconds` (rule `above_max_runtime`) when one asks for more.
+    Raises ValidationError on `max_runtime_seconds` (rule `above_max_runtime`) when it asks for more.
     """
-    result: list[WorkloadSpec] = []
-    for index, spec in enumerate(specs):
-        cap = limits[spec.pool.pk].max_runtime_seconds
-        if spec.max_runtime_seconds is None:
-            # A copy only when there is a maximum to fill in: for a bulk submission the copies add up.
-            spec = replace(spec, max_runtime_seconds=cap) if cap is not None else spec
-        elif cap is not None and spec.max_runtime_seconds > cap:
-            error = invalid(
-                "max_runtime_seconds",
-                "above_max_runtime",
-                f"{spec.max_runtime_seconds} s exceeds the maximum runtime of {cap} s in pool {spec.pool.name}.",
-            )
-            raise _at(error, index, bulk)
-        result.append(spec)
-    return result
+    cap = limit.max_runtime_seconds
+    if spec.max_runtime_seconds is None:
+        # A copy only when there is a maximum to fill in: for a bulk submission the copies add up.
+        return replace(spec, max_runtime_seconds=cap) if cap is not None else spec
+    if cap is not None and spec.max_runtime_seconds > cap:
+        raise invalid(
+            "max_runtime_seconds",
+            "above_max_runtime",
+            f"{spec.max_runtime_seconds} s exceeds the maximum runtime of {cap} s in pool {spec.pool.name}.",
+        )
+    return spec
 
 
-def check_gpu_limits(specs: Sequence[WorkloadSpec], limits: dict[int, Limits], project: Project, *, bulk: bool) -> None:
-    """Raise ValidationError on `gpus_per_replica` (rule `above_quota_limit`) when one workload exceeds the limit.
+def check_gpu_limit(spec: WorkloadSpec, limit: Limits, project: Project) -> None:
+    """Raise ValidationError on `gpus_per_replica` (rule `above_quota_limit`) when the workload alone exceeds
+    the project's GPU limit in its pool (`limit`).
 
-    Only the workload alone is compared: what the project already holds is
-    the scheduler's to weigh (the work waits with reason QUOTA_LIMIT).
+    What the project already holds is the scheduler's to weigh (the work
+    waits with reason QUOTA_LIMIT).
     """
-    for index, spec in enumerate(specs):
-        limit = limits[spec.pool.pk].gpu_limit
-        if spec.total_gpus > limit:
-            error = invalid(
-                "gpus_per_replica",
-                "above_quota_limit",
-                f"{spec.total_gpus} GPUs exceed project {project.slug}'s limit of {limit} in pool {spec.pool.name}.",
-            )
-            raise _at(error, index, bulk)
+    if spec.total_gpus > limit.gpu_limit:
+        raise invalid(
+            "gpus_per_replica",
+            "above_quota_limit",
+            f"{spec.total_gpus} GPUs exceed project {project.slug}'s limit of {limit.gpu_limit} "
+            f"in pool {spec.pool.name}.",
+        )
 
 
-def check_placement(
-    specs: Sequence[WorkloadSpec], *, bulk: bool, nodes: Mapping[int, list[dict[str, int]]] | None = None
-) -> None:
-    """Raise ValidationError when a workload asks for GPU models the pool lacks (`gpu_models`, rule
+def check_placement(spec: WorkloadSpec, nodes: Mapping[int, list[dict[str, int]]]) -> None:
+    """Raise ValidationError when the workload asks for GPU models its pool lacks (`gpu_models`, rule
     `unknown_gpu_model`) or for more than the pool could ever place (`gpus_per_replica` or `replicas`,
-    rule `exceeds_largest_placement`). One query for every pool of the submission, none when `nodes`
-    (from `gpus_by_node`, covering every pool of `specs`) is given.
+    rule `exceeds_largest_placement`). `nodes` is `gpus_by_node` of (at least) the spec's pool.
     """
-    gpu_specs = [(i, s) for i, s in enumerate(specs) if s.gpus_per_replica > 0]
-    if not gpu_specs:
-        return
-    if nodes is None:
-        nodes = gpus_by_node(sorted({s.pool.pk for _, s in gpu_specs}))
-    for index, spec in gpu_specs:
+    if spec.gpus_per_replica > 0:
         pool_nodes = nodes.get(spec.pool.pk, [])
-        try:
-            _check_models(spec, pool_nodes)
-            _check_fits(spec, pool_nodes)
-        except ValidationError as error:
-            raise _at(error, index, bulk) from None
+        _check_models(spec, pool_nodes)
+        _check_fits(spec, pool_nodes)
 
 
 def gpus_by_node(pool_ids: Sequence[int]) -> dict[int, list[dict[str, int]]]:
@@ -317,8 +300,3 @@ def _check_cap(field: str, rule: str, have: int, new: int, cap: int | None, limi
     if new and cap is not None and have + new > cap:
         message = _CAP_MESSAGES[rule].format(have=have, new=new, cap=cap, pool=limit.pool.name)
         raise invalid(field, rule, message)
-
-
-def _at(error: ValidationError, index: int, bulk: bool) -> ValidationError:
-    """Key an item's error by its place in a bulk submission; a single submission keeps plain field names."""
-    return prefixed(error, f"items[{index}].") if bulk else error

@@ -1,18 +1,22 @@
 """What one workload asks for, normalised, and the checks that need no database.
 
 `WorkloadSpec.from_data` turns the input of the API, the UI or the CLI into
-a spec and refuses unknown keys; a `preset` in the input fills every field
-the input leaves out from that launch preset. `check_spec` holds the result
-to the field rules. Both raise Django's ValidationError keyed by the field,
-with a rule code.
+a spec: a `preset` in the input fills every field the input leaves out from
+that launch preset, a `command` given as one line is split as a shell would
+(`split_command`), and every field is held to its rule. It raises Django's
+ValidationError naming every failing field at once, each with a rule code;
+`input_errors` returns the same errors for the fields an interface could
+parse, so that its own parsing errors and these are reported together.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+import shlex
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -93,19 +97,14 @@ class WorkloadSpec:
     def from_data(cls, data: Mapping[str, Any]) -> WorkloadSpec:
         """Return the spec `data` describes, its preset's fields filling those it leaves out.
 
-        Raises ValidationError on unknown or missing keys and on a `preset` that is not a launch preset.
+        Raises ValidationError naming every field that breaks its rule at
+        once (`input_errors`): unknown and missing keys, a `preset` that is
+        not a launch preset, and each field's own rule.
         """
-        known = _INPUT_FIELDS
-        for key in data:
-            if key not in known:
-                raise invalid(str(key), "unknown_field", f"Unknown field; allowed: {', '.join(sorted(known))}.")
-        merged = _with_preset(data)
-        for key in _REQUIRED:
-            if merged.get(key) in (None, ""):
-                raise invalid(key, "required", "This field is required.")
-        if not isinstance(merged["pool"], NodePool):
-            raise invalid("pool", "invalid", "Must be a node pool.")
-        return cls(**{key: value for key, value in merged.items() if value is not None or key in _NULLABLE})
+        merged, errors = parse(data)
+        if errors:
+            raise ValidationError(errors)
+        return cls(**merged)
 
     @property
     def total_gpus(self) -> int:
@@ -153,23 +152,132 @@ def fingerprint(project_id: int, specs: Sequence[WorkloadSpec]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+FieldErrors = dict[str, list[ValidationError]]
+"""Errors by field path (`name`, `env.HOME`, `items[2].image`), each a ValidationError with its rule code."""
+
+
+def add_errors(errors: FieldErrors, error: ValidationError) -> None:
+    """Add the field errors of `error` to `errors` (an error without a field goes under `non_field_errors`)."""
+    found = error.error_dict if hasattr(error, "error_dict") else {"non_field_errors": error.error_list}
+    for name, messages in found.items():
+        errors.setdefault(name, []).extend(messages)
+
+
+def gather(errors: FieldErrors, check: Callable[[], object]) -> None:
+    """Run `check`; when it raises ValidationError, add its field errors to `errors` instead of stopping."""
+    try:
+        check()
+    except ValidationError as error:
+        add_errors(errors, error)
+
+
+def field_of(path: str) -> str:
+    """Return the field an error path is about: `env.HOME` -> `env`, `command[2]` -> `command`."""
+    return _FIELD_PART.split(path, maxsplit=1)[0]
+
+
+_FIELD_PART = re.compile(r"[.\[]")
+
+
+def raise_errors(errors: FieldErrors) -> None:
+    """Raise one ValidationError naming every field in `errors`; return None when there are none."""
+    if errors:
+        raise ValidationError(errors)
+
+
+def input_errors(data: Mapping[str, Any], *, refused: Collection[str] = ()) -> FieldErrors:
+    """Return every rule `data` breaks, by field: unknown keys, missing required fields, and each field's rule.
+
+    `data` is a submission's input as `WorkloadSpec.from_data` takes it; the
+    preset it names fills in what it leaves out first. Fields named in
+    `refused` are those an interface could not even parse (a non-integer, a
+    name too long for its field): they are neither required nor checked
+    here, so the interface's errors and these together name every failing
+    field once, each with one rule.
+    """
+    return parse(data, refused=refused)[1]
+
+
+def parse(data: Mapping[str, Any], *, refused: Collection[str] = ()) -> tuple[dict[str, Any], FieldErrors]:
+    """Return `data` over its preset's fields (a command line split, nulls left out), and every rule it breaks.
+
+    The values are as `WorkloadSpec` takes them wherever no rule is broken;
+    the errors are `input_errors`'.
+    """
+    errors: FieldErrors = {}
+    for key in data:
+        if key not in _INPUT_FIELDS:
+            message = f"Unknown field; allowed: {', '.join(sorted(_INPUT_FIELDS))}."
+            errors[str(key)] = [ValidationError(message, code="unknown_field")]
+    try:
+        merged = _with_preset(data)
+    except ValidationError as error:
+        add_errors(errors, error)
+        merged = {key: value for key, value in data.items() if key != "preset"}
+    if isinstance(merged.get("command"), str):
+        try:
+            merged["command"] = split_command(merged["command"])
+        except ValidationError as error:
+            add_errors(errors, error)
+            del merged["command"]
+    # A null stands for the field's default, as if left out; only the nullable fields keep theirs.
+    merged = {key: value for key, value in merged.items() if value is not None or key in _NULLABLE}
+    for key in _REQUIRED:
+        if key not in refused and merged.get(key) in (None, ""):
+            errors[key] = [ValidationError("This field is required.", code="required")]
+    if "pool" not in errors and "pool" not in refused and not isinstance(merged.get("pool"), NodePool):
+        errors["pool"] = [ValidationError("Must be a node pool.", code="invalid")]
+    for name, messages in rule_errors(merged, skip={*refused, *errors}).items():
+        errors.setdefault(name, []).extend(messages)
+    return merged, errors
+
+
+def split_command(line: str) -> list[str]:
+    """Return `line` split into arguments as a POSIX shell would (quotes group, backslashes escape).
+
+    The one reading of a command typed as a line, on the launch page and in
+    the API alike. Raises ValidationError on `command` (rule `invalid`) for
+    a line a shell could not split (an unclosed quote).
+    """
+    try:
+        return shlex.split(line)
+    except ValueError as error:
+        raise invalid("command", "invalid", f"Cannot split the command: {error}.") from None
+
+
 def check_spec(spec: WorkloadSpec) -> None:
-    """Return None when every field of `spec` follows its rule; raise ValidationError naming the first that does not."""
-    check_kind(spec.kind)
-    _check_choice("priority_class", spec.priority_class, _PRIORITY_CLASSES)
-    _check_choice("stop_signal", spec.stop_signal, STOP_SIGNALS)
-    if not isinstance(spec.name, str) or not NAME_RULE.fullmatch(spec.name):
+    """Return None when every field of `spec` follows its rule; raise ValidationError naming every one that does not."""
+    raise_errors(rule_errors({name: getattr(spec, name) for name in _RULES}))
+
+
+def rule_errors(values: Mapping[str, Any], *, skip: Collection[str] = ()) -> FieldErrors:
+    """Return the rule each field of `values` breaks, by field (no database); fields in `skip` are left alone.
+
+    Every field is checked whatever the others hold, so one call names every
+    failing field. A field absent from `values` takes its default, which
+    follows its rule.
+    """
+    errors: FieldErrors = {}
+    for name, value in values.items():
+        rule = _RULES.get(name)
+        # The idle timeout's rule depends on the kind: judged only once the kind could be read.
+        if rule is None or name in skip or (name == "idle_timeout_seconds" and "kind" in skip):
+            continue
+        try:
+            rule(value, values)
+        except ValidationError as error:
+            add_errors(errors, error)
+    return errors
+
+
+def check_name(name: Any) -> None:
+    """Raise ValidationError on `name` (rule `invalid_name`) unless it is a workload name."""
+    if not isinstance(name, str) or not NAME_RULE.fullmatch(name):
         raise invalid(
             "name",
             "invalid_name",
             "Use 1 to 63 lowercase letters, digits or hyphens, starting and ending with a letter or digit.",
         )
-    check_image(spec.image)
-    check_container(spec.image, spec.command, spec.env)
-    for name in _INT_RANGES:
-        check_int(name, getattr(spec, name))
-    _check_gpu_models(spec.gpu_models)
-    check_idle_timeout(spec.idle_timeout_seconds, spec.kind)
 
 
 # Signals a workload may ask to be stopped with (the runtimes' allow-list).
@@ -214,11 +322,20 @@ def check_image(image: Any) -> None:
 
 
 def check_container(image: str, command: Any, env: Any) -> None:
-    """Raise ValidationError naming the field and rule when a runtime would refuse this container request."""
+    """Raise ValidationError naming every field and rule for which a runtime would refuse this container request."""
+    errors: FieldErrors = {}
+    for name, value in (("image", image), ("command", command), ("env", env)):
+        gather(errors, functools.partial(check_container_part, name, value))
+    raise_errors(errors)
+
+
+def check_container_part(name: str, value: Any) -> None:
+    """Raise ValidationError naming the field (`command[2]`, `env.HOME`) when a runtime would refuse it."""
     # The same gate every runtime applies before starting a container: a spec
     # refused there must be refused here, at submission, naming the same field.
+    # One key at a time, so a refused command does not hide a refused environment.
     try:
-        check_container_request({"image": image, "command": command, "env": env})
+        check_container_request({name: value})
     except SpecRefused as refused:
         raise invalid(refused.field, refused.rule, str(refused)) from None
 
@@ -234,11 +351,36 @@ def check_int(name: str, value: Any) -> None:
         raise invalid(name, "out_of_range", f"Must be between {low} and {high}.")
 
 
-def _check_gpu_models(models: Any) -> None:
+def check_gpu_models(models: Any) -> None:
+    """Raise ValidationError on `gpu_models` unless it is a short list of GPU model names."""
     if not isinstance(models, list) or len(models) > MAX_GPU_MODELS:
         raise invalid("gpu_models", "invalid", f"Must be a list of at most {MAX_GPU_MODELS} GPU model names.")
     if any(not isinstance(m, str) or not m.strip() for m in models):
         raise invalid("gpu_models", "invalid", "GPU model names must be non-empty strings.")
+
+
+def _check_int_rule(name: str, value: Any, values: Mapping[str, Any]) -> None:
+    check_int(name, value)
+
+
+def _check_image_rule(image: Any, values: Mapping[str, Any]) -> None:
+    check_image(image)
+    check_container_part("image", image)  # after the stricter rule above: the runtime's own gate as well
+
+
+# The rule of each field of a spec: (the value, all the values) -> None, or ValidationError naming the field.
+_RULES: dict[str, Callable[[Any, Mapping[str, Any]], None]] = {
+    "kind": lambda value, _: check_kind(value),
+    "priority_class": lambda value, _: _check_choice("priority_class", value, _PRIORITY_CLASSES),
+    "stop_signal": lambda value, _: _check_choice("stop_signal", value, STOP_SIGNALS),
+    "name": lambda value, _: check_name(value),
+    "image": _check_image_rule,
+    "command": lambda value, _: check_container_part("command", value),
+    "env": lambda value, _: check_container_part("env", value),
+    **{name: functools.partial(_check_int_rule, name) for name in _INT_RANGES},
+    "gpu_models": lambda value, _: check_gpu_models(value),
+    "idle_timeout_seconds": lambda value, values: check_idle_timeout(value, values.get("kind", WorkloadKind.JOB)),
+}
 
 
 def prefixed(error: ValidationError, prefix: str) -> ValidationError:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import html
+
 import pytest
 
 from inventory.models import Gpu, NodePool
 from jobs.models import Allocation, Workload
 from jobs.scheduler import shell
+from jobs.services import images
 from tenants.context import Actor
-from tenants.models import AuditEvent, TenantQuota
+from tenants.models import AuditEvent, ProjectQuota, TenantQuota
 from tests.conftest import World
 from tests.frontend.test_pages import logged_in
 from tests.frontend.test_workload_pages import LAUNCH, _field_error, _launch_form
@@ -92,4 +95,17 @@ def test_a_model_the_chosen_pool_lacks_is_refused_next_to_the_field(team: World)
     response = logged_in("member_a").post(LAUNCH, _launch_form(team, gpu_model=A100))
     assert response.status_code == 400
     assert f"Pool shared has no {A100} GPUs" in _field_error(response.content.decode(), "gpu_model")
+    assert not Workload.all_tenants.exists()
+
+
+def test_a_bad_name_an_image_off_the_allow_list_and_gpus_over_the_limit_are_shown_together(team: World) -> None:
+    ProjectQuota.all_tenants.filter(project=team.project_a).update(limit=2)
+    images.create_allowed_image(actor=Actor(user=team.operator), pattern="registry.example.com/*", tenant=None)
+    form = _launch_form(team, name="Bad_Name!", image="docker.io/evil:1", gpus_per_replica=4)
+    response = logged_in("member_a").post(LAUNCH, form)
+    assert response.status_code == 400
+    page = html.unescape(response.content.decode())
+    assert "lowercase letters, digits or hyphens" in _field_error(page, "name")
+    assert "is not on this tenant's list of allowed images" in _field_error(page, "image")
+    assert "4 GPUs exceed project alpha's limit of 2" in _field_error(page, "gpus_per_replica")
     assert not Workload.all_tenants.exists()

@@ -5,18 +5,19 @@ The order of a submission, all in one transaction:
 1. who may submit: members into the projects they are assigned to, tenant
    admins (and operators) into any project of the tenant; viewers never;
 2. the field rules of every item (no database), after filling in what an
-   item leaves out from its launch preset;
-3. the pool is open to the tenant and the image is on its allow-list
-   (`jobs.services.images`);
+   item leaves out from its launch preset, and the pool is open to the tenant;
+3. the image is on the tenant's allow-list (`jobs.services.images`);
 4. read the project's limits in the pools concerned, locking its quota rows
    when a count limit applies or the request has an Idempotency-Key, so
    concurrent submissions into the same project and pool take turns there:
    count limits hold however many arrive at once, and a retry racing its
    first attempt replays it;
 5. an `Idempotency-Key` seen before returns the first result when the
-   request is the same, and is refused when it differs;
+   request is the same, and is refused when it differs (only a request
+   that broke no rule so far is a retry);
 6. the rules that read the ledger (quota, GPU models, largest placement,
-   count limits, maximum runtime), each set-based over all items;
+   count limits, maximum runtime), each set-based over all items; then a
+   request that broke any rule of steps 2 to 6 is refused with every one;
 7. insert the workloads and their `workload.submitted` events in bulk, one
    audit event for the call, and ask for a scheduling pass after commit.
 
@@ -28,10 +29,14 @@ all of them at once; the API's ingest path commits concurrent requests
 together that way.
 
 Any refusal comes before anything is written; a bulk submission is all or nothing.
+A request's rules do not stop at the first one it breaks: the field rules
+of every item, and the database rules of every field that passed its own
+(`drafts`), are answered in one ValidationError, each under its field path.
 
 Read it one module at a time: this one is the entry points and the order
 of the steps (`_submit_round`); `pending` the request as it goes through
-them; `checks` steps 1 to 4 and 6; `replays` step 5; `writes` step 7.
+them; `drafts` an item as far as its fields follow their rules; `checks` steps 1
+to 4 and 6; `replays` step 5; `writes` step 7.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from jobs.services.submission.checks import (
     check_placement,
     check_submitters,
     lock_limits,
+    refuse_invalid,
 )
 from jobs.services.submission.pending import REFUSALS, Pending, Submission, SubmissionRequest, check_each
 from jobs.services.submission.replays import replays, split_repeated_keys
@@ -164,9 +170,10 @@ def _submit_round(requests: Sequence[SubmissionRequest]) -> list[Submission | Ex
     pending = check_images(pending)
     pending = lock_limits(pending)
     pending = replays(pending)
-    pending = check_each(pending, check_limits)
+    pending = check_limits(pending)
     pending = check_placement(pending)
     pending = check_counts(pending)
+    pending = refuse_invalid(pending)
     insert(pending)
     outcomes: list[Submission | Exception] = []
     for item in everything:

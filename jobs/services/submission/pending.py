@@ -1,4 +1,4 @@
-"""What a submission carries through its checks: the request, its outcome, and the refusals that end it."""
+"""What a submission carries through its checks: the request, its items, the rules it breaks, its outcome."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from django.http import Http404
 from common.errors import Conflict
 from jobs.models import Workload
 from jobs.services import quota_rules as rules
-from jobs.services.spec import WorkloadSpec
+from jobs.services.spec import FieldErrors, WorkloadSpec
+from jobs.services.submission.drafts import Draft
 from tenants.choices import Role
 from tenants.context import Actor, RequestInfo
 from tenants.models import Project
@@ -56,10 +57,17 @@ class Pending:
     request: SubmissionRequest
     owner: User | None = None
     role: Role = Role.VIEWER  # the submitter's role in the tenant, once the first step has checked it
-    specs: list[WorkloadSpec] = field(default_factory=list)
+    drafts: list[Draft] = field(default_factory=list)
+    # Every rule the request breaks so far, by field path (`items[2].image` in a bulk): refused at the end.
+    errors: FieldErrors = field(default_factory=dict)
     limits: dict[int, rules.Limits] = field(default_factory=dict)
     digest: str = ""
     outcome: Submission | Exception | None = None
+
+    @property
+    def specs(self) -> list[WorkloadSpec]:
+        """The items' specs; every item has one once the request is known to break no rule."""
+        return [d.spec for d in self.drafts if d.spec is not None]
 
     @property
     def project(self) -> Project:

@@ -36,10 +36,15 @@ def item_keys(key: str, count: int) -> list[str]:
 
 
 def replays(pending: list[Pending]) -> list[Pending]:
-    """Answer each request whose key was used before with the workloads it created (or refuse it when the
-    request differs); return the others. Two queries for the whole batch, none when no request has a key."""
-    keyed = [item for item in pending if item.request.idempotency_key is not None]
-    for item in pending:
+    """Answer each request that broke no rule so far and whose key was used before with the workloads it
+    created (or refuse it when the request differs); return the others.
+
+    Two queries for the whole batch, none when no request has a key.
+    """
+    # A request that breaks a rule is refused whatever its key: it is no retry of an accepted one.
+    clean = [item for item in pending if not item.errors]
+    keyed = [item for item in clean if item.request.idempotency_key is not None]
+    for item in clean:
         item.digest = fingerprint(item.project.pk, item.specs)
     if not keyed:
         return pending

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from common import bulk
 from jobs import live, sql
-from jobs.choices import WorkloadKind, WorkloadState
+from jobs.choices import WorkloadEventKind, WorkloadKind, WorkloadState
 from jobs.models import Workload
 from jobs.services.spec import WorkloadSpec
 from jobs.services.submission.pending import Pending, Submission
@@ -67,7 +67,7 @@ def _insert_submitted_events(workload_ids: list[int], now: datetime) -> None:
     submission creates its workloads for.
     """
     sql.insert_submitted_events(
-        workload_ids, kind="workload.submitted", to_state=WorkloadState.PENDING.value, created_at=now
+        workload_ids, kind=WorkloadEventKind.SUBMITTED.value, to_state=WorkloadState.PENDING.value, created_at=now
     )
 
 
