@@ -22,7 +22,7 @@ from inventory.selectors import pool_capacity, pools_open_to_tenant
 from jobs import selectors as job_selectors
 from jobs import services
 from jobs.models import LaunchPreset, Workload
-from jobs.services.spec import input_errors
+from jobs.services.submission import submission_errors
 from tenants import selectors as tenant_selectors
 from tenants.choices import Role
 from tenants.models import Project
@@ -113,7 +113,7 @@ def launch(request: HttpRequest, page: Page) -> HttpResponse:
             messages.success(request, f"Workload {workload.name} submitted.")
             return redirect("frontend:workload", tenant=page.tenant.slug, pk=workload.pk)
     elif form.is_bound:
-        _add_rule_errors(form, choices)
+        _add_rule_errors(page, form, choices)
     if form.is_bound:
         chosen = choices.preset(form.data.get(form.add_prefix("preset")))
     context = {"page": page, "form": form, "presets": choices.presets, "preset": chosen, "projects": choices.projects}
@@ -121,16 +121,24 @@ def launch(request: HttpRequest, page: Page) -> HttpResponse:
     return render(request, "frontend/launch.html", context, status=400 if form.errors else 200)
 
 
-def _add_rule_errors(form: forms.LaunchForm, choices: LaunchChoices) -> None:
+def _add_rule_errors(page: Page, form: forms.LaunchForm, choices: LaunchChoices) -> None:
     """Put the service's rules that the fields which did clean break next to the form's own errors.
 
     The form refuses what it cannot parse (a number that is not one) before
-    the service runs; its rules for the other fields are reported with them,
-    so the page names every failing field at once.
+    the service runs; the service's rules for the other fields, those that
+    read the database included (the allow-list, the quota), are reported with
+    them (`submission_errors`, which writes nothing), so the page names every
+    failing field at once.
     """
+    project = next((p for p in choices.projects if p.slug == form.cleaned_data.get("project")), None)
     pool = choices.pool(form.cleaned_data.get("pool"))
     preset = choices.preset(form.cleaned_data.get("preset"))
-    errors = input_errors(form.workload_data(pool, preset), refused=form.refused_fields())
+    try:
+        data = form.workload_data(pool, preset)
+        errors = submission_errors(actor=page.actor, project=project, items=[data], refused=[form.refused_fields()])
+    except PermissionDenied as error:
+        form.add_error(None, str(error))
+        return
     if errors:
         form.add_service_errors(ValidationError(errors))
 

@@ -1,12 +1,14 @@
 """A refused submission body answered with every failing field at once: the input shape's errors and the rules'.
 
 The input serializer refuses what it cannot parse (a string for a number, a
-name longer than its field) before the submission service sees anything,
-so its errors alone would hide those of every other field. `with_rule_errors`
-runs the service's own field rules (`jobs.services.spec.input_errors`) on the
-fields that did parse and answers both together, each under its field path
-(`name`, `items[2].image`). The rules stay the service's; nothing here
-restates one.
+name longer than its field, an unknown pool) before the submission service
+sees anything, so its errors alone would hide those of every other field.
+`with_rule_errors` hands the fields that did parse to the service's own
+checks (`jobs.services.submission.submission_errors`), which name every
+rule they break, those that read the database included (the pool, the
+image allow-list, the quota), writing nothing; it answers both together,
+each under its field path (`name`, `items[2].image`). The rules stay the
+service's; nothing here restates one.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 
-from jobs.api.serializers import WorkloadItemSerializer, resolve_references
-from jobs.services.spec import input_errors
+from jobs.api.serializers import WorkloadInputSerializer, WorkloadItemSerializer, resolve_references
+from jobs.services.submission import submission_errors
+from tenants.context import Actor
+from tenants.models import Project
 
 Flat = dict[str, list[ErrorDetail]]
 _ITEM = re.compile(r"items\[(\d+)\]\.?(.*)")
@@ -29,26 +33,43 @@ _FIELD_PART = re.compile(r"[.\[]")
 
 
 def with_rule_errors(
-    refused: serializers.ValidationError, body: Any, context: dict[str, Any], *, bulk: bool
+    refused: serializers.ValidationError, body: Any, context: dict[str, Any], *, actor: Actor, bulk: bool
 ) -> serializers.ValidationError:
     """Return the input serializer's refusal of `body` joined with the rules its parsed fields break.
 
     `refused` is what `validated_input` raised; the answer names each field
     path once with every rule it breaks. A body that is not an object (or a
-    bulk whose `items` is not a list) gets `refused` back as it is.
+    bulk whose `items` is not a list) gets `refused` back as it is. Raises
+    PermissionDenied or Http404 where a submission by `actor` would.
     """
     flat = _flatten(refused.detail)
     raw = _raw_items(body, bulk=bulk)
     if raw is None:
         return refused
     prefix = "items[{index}]." if bulk else ""
+    items: list[dict[str, Any]] = []
+    failed: list[set[str]] = []
     for index, item in enumerate(raw):
         where = prefix.format(index=index)
-        failed = _failed_fields(flat, where)
-        for path, errors in _item_rule_errors(item, failed, context, where).items():
-            if path not in flat:
-                flat[path] = errors
+        parsed, unparsed = _item_fields(item, _failed_fields(flat, where), context, flat, where)
+        items.append(parsed)
+        failed.append(unparsed)
+    project = None if "project" in flat else _project(body, context)
+    found = submission_errors(actor=actor, project=project, items=items, refused=failed, bulk=bulk)
+    for path, errors in found.items():
+        if path not in flat:
+            flat[path] = [_detail(error) for error in errors]
     return serializers.ValidationError(flat)
+
+
+def _project(body: Mapping[str, Any], context: dict[str, Any]) -> Project | None:
+    """Return the body's project as the serializer reads it, or None (it was refused, or it is missing)."""
+    field = WorkloadInputSerializer(context=context).fields["project"]
+    try:
+        project = field.run_validation(body.get("project"))
+    except (serializers.ValidationError, DjangoValidationError):
+        return None
+    return project if isinstance(project, Project) else None
 
 
 def _raw_items(body: Any, *, bulk: bool) -> list[Any] | None:
@@ -63,22 +84,25 @@ def _failed_fields(flat: Flat, where: str) -> set[str]:
     return {_FIELD_PART.split(path[len(where) :], maxsplit=1)[0] for path in flat if path.startswith(where)}
 
 
-def _item_rule_errors(item: Any, failed: set[str], context: dict[str, Any], where: str) -> Flat:
-    """Return the rules the parsed fields of one item break, by field path under `where`."""
+def _item_fields(
+    item: Any, failed: set[str], context: dict[str, Any], flat: Flat, where: str
+) -> tuple[dict[str, Any], set[str]]:
+    """Return one item's fields as the serializer parsed them (pool and preset resolved), and those it could not.
+
+    A pool or preset that does not resolve is added to `flat` under `where`,
+    as the serializer would name it, and counts as not parsed.
+    """
     if not isinstance(item, Mapping):
-        return {}
+        return {}, set(WorkloadItemSerializer().fields)
     parsed = _parsed(item, failed)
-    errors: Flat = {}
     try:
         resolve_references([parsed], context, "")
     except serializers.ValidationError as error:
         for name, messages in _flatten(error.detail).items():
-            errors[f"{where}{name}"] = messages
+            flat.setdefault(f"{where}{name}", messages)
             parsed.pop(name, None)
             failed.add(name)
-    for name, found in input_errors(parsed, refused=failed).items():
-        errors[f"{where}{name}"] = [_detail(error) for error in found]
-    return errors
+    return parsed, failed
 
 
 def _parsed(item: Mapping[str, Any], failed: set[str]) -> dict[str, Any]:

@@ -45,7 +45,8 @@ def _submission_input(view: TenantViewSet, *, bulk: bool) -> dict[str, Any]:
     try:
         return view.validated_input(view.input_serializer_class)
     except ValidationError as refused:
-        raise with_rule_errors(refused, view.request.data, view.get_serializer_context(), bulk=bulk) from None
+        context = view.get_serializer_context()
+        raise with_rule_errors(refused, view.request.data, context, actor=view.actor, bulk=bulk) from None
 
 
 def _status(submission: services.Submission) -> int:

@@ -5,8 +5,9 @@ a spec: a `preset` in the input fills every field the input leaves out from
 that launch preset, a `command` given as one line is split as a shell would
 (`split_command`), and every field is held to its rule. It raises Django's
 ValidationError naming every failing field at once, each with a rule code;
-`input_errors` returns the same errors for the fields an interface could
-parse, so that its own parsing errors and these are reported together.
+`parse` returns the same errors for the fields an interface could parse, so
+that its own parsing errors and these are reported together
+(`jobs.services.submission.submission_errors`, with the database's rules).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class WorkloadSpec:
         """Return the spec `data` describes, its preset's fields filling those it leaves out.
 
         Raises ValidationError naming every field that breaks its rule at
-        once (`input_errors`): unknown and missing keys, a `preset` that is
+        once (`parse`): unknown and missing keys, a `preset` that is
         not a launch preset, and each field's own rule.
         """
         merged, errors = parse(data)
@@ -185,24 +186,15 @@ def raise_errors(errors: FieldErrors) -> None:
         raise ValidationError(errors)
 
 
-def input_errors(data: Mapping[str, Any], *, refused: Collection[str] = ()) -> FieldErrors:
-    """Return every rule `data` breaks, by field: unknown keys, missing required fields, and each field's rule.
-
-    `data` is a submission's input as `WorkloadSpec.from_data` takes it; the
-    preset it names fills in what it leaves out first. Fields named in
-    `refused` are those an interface could not even parse (a non-integer, a
-    name too long for its field): they are neither required nor checked
-    here, so the interface's errors and these together name every failing
-    field once, each with one rule.
-    """
-    return parse(data, refused=refused)[1]
-
-
 def parse(data: Mapping[str, Any], *, refused: Collection[str] = ()) -> tuple[dict[str, Any], FieldErrors]:
     """Return `data` over its preset's fields (a command line split, nulls left out), and every rule it breaks.
 
-    The values are as `WorkloadSpec` takes them wherever no rule is broken;
-    the errors are `input_errors`'.
+    The values are as `WorkloadSpec` takes them wherever no rule is broken.
+    The errors, by field: unknown keys, missing required fields, and each
+    field's rule. Fields named in `refused` are those an interface could not
+    even parse (a non-integer, a name too long for its field): they are
+    neither required nor checked here, so the interface's errors and these
+    together name every failing field once, each with one rule.
     """
     errors: FieldErrors = {}
     for key in data:

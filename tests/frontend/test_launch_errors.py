@@ -109,3 +109,15 @@ def test_a_bad_name_an_image_off_the_allow_list_and_gpus_over_the_limit_are_show
     assert "is not on this tenant's list of allowed images" in _field_error(page, "image")
     assert "4 GPUs exceed project alpha's limit of 2" in _field_error(page, "gpus_per_replica")
     assert not Workload.all_tenants.exists()
+
+
+def test_what_the_form_cannot_parse_comes_with_the_database_rules_of_the_rest(team: World) -> None:
+    images.create_allowed_image(actor=Actor(user=team.operator), pattern="registry.example.com/*", tenant=None)
+    form = _launch_form(team, name="Bad_Name!", image="docker.io/evil:1", gpus_per_replica="lots")
+    response = logged_in("member_a").post(LAUNCH, form)
+    assert response.status_code == 400
+    page = html.unescape(response.content.decode())
+    assert "Must be a whole number." in _field_error(page, "gpus_per_replica")
+    assert "lowercase letters, digits or hyphens" in _field_error(page, "name")
+    assert "is not on this tenant's list of allowed images" in _field_error(page, "image")
+    assert not Workload.all_tenants.exists()

@@ -10,8 +10,9 @@ from django.core.exceptions import ValidationError
 from jobs import services
 from jobs.models import AllowedImage, Workload, WorkloadEvent
 from jobs.services import images
+from jobs.services.submission import submission_errors
 from tenants.context import Actor
-from tenants.models import AuditEvent
+from tenants.models import AuditEvent, Project
 from tests.conftest import World, client_for
 from tests.jobs.factories import add_node, assign, give_quota, request
 
@@ -156,4 +157,56 @@ def test_a_bulk_full_of_mistakes_is_still_read_set_based(team: World, django_ass
         services.submit_workloads(actor=Actor(user=team.member_a), project=team.project_a, items=items)
     assert len(caught.value.error_dict) == 300
     assert _codes(caught.value)["items[297].gpus_per_replica"] == "above_quota_limit"
+    _nothing_written()
+
+
+def test_the_api_answers_what_it_cannot_parse_with_the_database_rules_of_the_rest(team: World) -> None:
+    body = {"project": "alpha", "pool": "shared", "name": "Bad_Name!", "image": "docker.io/evil:1"}
+    response = client_for(team.member_a).post(URL, {**body, "gpus_per_replica": "lots"}, format="json")
+    assert _api_codes(response) == {
+        "gpus_per_replica": "invalid",
+        "name": "invalid_name",
+        "image": "image_not_allowed",
+    }
+    _nothing_written()
+
+
+def test_a_bulk_item_in_an_unknown_pool_still_has_its_image_held_to_the_allow_list(team: World) -> None:
+    good = {"pool": "shared", "image": "registry.example.com/team/train:1"}
+    items = [
+        {**good, "name": "fine"},
+        {"pool": "nowhere", "name": "lost", "image": "docker.io/evil:1"},
+        {**good, "name": "greedy", "gpus_per_replica": 3},
+    ]
+    response = client_for(team.member_a).post(f"{URL}bulk/", {"project": "alpha", "items": items}, format="json")
+    assert _api_codes(response) == {
+        "items[1].pool": "does_not_exist",
+        "items[1].image": "image_not_allowed",
+        "items[2].gpus_per_replica": "above_quota_limit",
+    }
+    _nothing_written()
+
+
+def test_the_database_rules_of_a_project_one_may_not_submit_into_are_not_told(team: World) -> None:
+    # member_a is not on gamma: a submission there is refused whatever its body, before any rule is told.
+    Project.all_tenants.create(tenant=team.tenant_a, slug="gamma", name="Gamma")
+    body = {"project": "gamma", "pool": "shared", "name": "x", "image": "docker.io/evil:1", "replicas": "two"}
+    response = client_for(team.member_a).post(URL, body, format="json")
+    assert response.status_code == 403, response.content
+    assert "not a member of project gamma" in response.content.decode()
+    _nothing_written()
+
+
+def test_a_refused_field_stands_in_leniently_and_a_missing_project_leaves_the_field_rules(team: World) -> None:
+    actor = Actor(user=team.member_a)
+    items = [request(team, name="Bad!", image="docker.io/evil:1")]
+    # Whatever the GPUs the interface could not read are corrected to, the limit is not what fails.
+    found = submission_errors(actor=actor, project=team.project_a, items=items, refused=[{"gpus_per_replica"}])
+    assert {field: str(errors[0].code) for field, errors in found.items()} == {
+        "name": "invalid_name",
+        "image": "image_not_allowed",
+    }
+    found = submission_errors(actor=actor, project=None, items=items, refused=[{"gpus_per_replica"}], bulk=True)
+    assert {field: str(errors[0].code) for field, errors in found.items()} == {"items[0].name": "invalid_name"}
+    assert submission_errors(actor=actor, project=team.project_a, items=[request(team)]) == {}
     _nothing_written()

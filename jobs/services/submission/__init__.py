@@ -32,6 +32,9 @@ Any refusal comes before anything is written; a bulk submission is all or nothin
 A request's rules do not stop at the first one it breaks: the field rules
 of every item, and the database rules of every field that passed its own
 (`drafts`), are answered in one ValidationError, each under its field path.
+`submission_errors` runs the same steps (1 to 4 and 6) without writing, for
+an interface that could not parse every field: it names what the fields it
+did parse break, to be answered together with its own errors.
 
 Read it one module at a time: this one is the entry points and the order
 of the steps (`_submit_round`); `pending` the request as it goes through
@@ -41,12 +44,14 @@ to 4 and 6; `replays` step 5; `writes` step 7.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import DatabaseError, transaction
 
 from jobs.models import Workload
+from jobs.services.spec import FieldErrors, prefixed
 from jobs.services.submission.checks import (
     MAX_BULK_ITEMS,
     MAX_IDEMPOTENCY_KEY_LENGTH,
@@ -59,6 +64,7 @@ from jobs.services.submission.checks import (
     lock_limits,
     refuse_invalid,
 )
+from jobs.services.submission.drafts import draft
 from jobs.services.submission.pending import REFUSALS, Pending, Submission, SubmissionRequest, check_each
 from jobs.services.submission.replays import replays, split_repeated_keys
 from jobs.services.submission.writes import NOTEBOOK_PORT, insert
@@ -72,6 +78,7 @@ __all__ = [
     "REFUSALS",
     "Submission",
     "SubmissionRequest",
+    "submission_errors",
     "submit",
     "submit_batch",
     "submit_workload",
@@ -162,9 +169,65 @@ def _submit_together(requests: Sequence[SubmissionRequest]) -> list[Submission |
     return [outcomes[index] for index in range(len(requests))]
 
 
+def submission_errors(
+    *,
+    actor: Actor,
+    project: Project | None,
+    items: Sequence[Mapping[str, Any]],
+    refused: Sequence[Collection[str]] = (),
+    bulk: bool = False,
+) -> FieldErrors:
+    """Return every rule `items` break, by field path as `submit` names them; write nothing.
+
+    For an interface that could not parse every field: `refused[i]` names
+    the fields of `items[i]` it refused (and left out), which stand in as
+    `drafts` says, so the answer holds every rule, database rules included,
+    of the fields it did parse. Without a `project` (the interface could not
+    read it either) only the field rules apply. Raises PermissionDenied or
+    Http404 where `submit` would: who may submit comes before every rule.
+    """
+    if project is None:
+        return _field_errors(items, refused, bulk=bulk)
+    request = SubmissionRequest(actor=actor, project=project, items=items, bulk=bulk, refused=refused)
+    pending = Pending(request)
+    # The same steps as a submission's, in a transaction of their own: count limits may lock quota rows.
+    with transaction.atomic():
+        _checked([pending])
+    if isinstance(pending.outcome, ValidationError):
+        return _errors_of(pending.outcome)
+    if isinstance(pending.outcome, Exception):
+        raise pending.outcome  # a refusal of who may submit
+    return {}  # no rule broken (without a key nothing is replayed)
+
+
+def _field_errors(items: Sequence[Mapping[str, Any]], refused: Sequence[Collection[str]], *, bulk: bool) -> FieldErrors:
+    """Return the field rules each item breaks (no database), under `items[i].` in a bulk."""
+    errors: FieldErrors = {}
+    for index, data in enumerate(items):
+        found = draft(data, refused=refused[index] if refused else ()).errors
+        if found:
+            error = ValidationError(found)
+            errors.update(_errors_of(prefixed(error, f"items[{index}].") if bulk else error))
+    return errors
+
+
+def _errors_of(error: ValidationError) -> FieldErrors:
+    return error.error_dict if hasattr(error, "error_dict") else {"non_field_errors": error.error_list}
+
+
 def _submit_round(requests: Sequence[SubmissionRequest]) -> list[Submission | Exception]:
     """Submit requests that share no idempotency key, in the order of the module's docstring."""
     everything = [Pending(request) for request in requests]
+    insert(_checked(everything))
+    outcomes: list[Submission | Exception] = []
+    for item in everything:
+        assert item.outcome is not None  # every request is refused, replayed or inserted by now
+        outcomes.append(item.outcome)
+    return outcomes
+
+
+def _checked(everything: list[Pending]) -> list[Pending]:
+    """Run steps 1 to 6 over the requests; return those that break no rule and are no replay, writing nothing."""
     pending = check_submitters(everything)
     pending = check_each(pending, check_input)
     pending = check_images(pending)
@@ -173,10 +236,4 @@ def _submit_round(requests: Sequence[SubmissionRequest]) -> list[Submission | Ex
     pending = check_limits(pending)
     pending = check_placement(pending)
     pending = check_counts(pending)
-    pending = refuse_invalid(pending)
-    insert(pending)
-    outcomes: list[Submission | Exception] = []
-    for item in everything:
-        assert item.outcome is not None  # every request is refused, replayed or inserted by now
-        outcomes.append(item.outcome)
-    return outcomes
+    return refuse_invalid(pending)

@@ -85,7 +85,8 @@ def check_input(item: Pending) -> None:
     """
     request = item.request
     _check_count(request.items)
-    item.drafts = [draft(data) for data in request.items]
+    refused = request.refused or [()] * len(request.items)
+    item.drafts = [draft(data, refused=fields) for data, fields in zip(request.items, refused, strict=True)]
     try:
         _check_key(request.idempotency_key)
     except ValidationError as error:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,8 @@ class SubmissionRequest:
     `role` is the actor's role in the project's tenant when the interface
     has read it for this request (None: read here); `info` is the request it
     came through, for the audit log (None: the request in progress).
+    `refused` names, item by item, the fields its interface could not parse
+    (left out of the item; `jobs.services.submission.drafts`); empty: none.
     """
 
     actor: Actor
@@ -44,6 +46,7 @@ class SubmissionRequest:
     bulk: bool = False
     role: Role | None = None
     info: RequestInfo | None = None
+    refused: Sequence[Collection[str]] = ()
 
 
 # What refuses one submission of a batch without touching the others.
