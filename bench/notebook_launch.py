@@ -22,9 +22,11 @@ JupyterLab from this venv.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -78,7 +80,10 @@ def _stop(actor: Any, name: str) -> None:
 
     workload = Workload.all_tenants.get(name=name)
     services.cancel_workload(actor=actor, workload=workload)
+    deadline = time.monotonic() + LIMIT_S
     while not _released(workload.pk):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} still held its GPUs {LIMIT_S:g} s after it was cancelled")
         time.sleep(0.05)
     time.sleep(0.6)  # past the pass trigger's debounce window
 
@@ -99,13 +104,16 @@ def _runs(console: str, cookie: str, actor: Any, count: int, image: str, gpus: i
             tab = context.new_page()
             started = _launch(tab, f"nb-{run}", image, gpus)
             seconds.append(_until_lab(context, tab, started))
-            context.close()
+            print(f"run {run}: {seconds[-1]:.2f} s", file=sys.stderr, flush=True)
+            # Leave JupyterLab (goto, which has a timeout): closing a context with a live lab tab can wait forever.
+            for opened in context.pages:
+                opened.goto("about:blank")
             _stop(actor, f"nb-{run}")
-        browser.close()
-    return seconds
+    return seconds  # the browser goes with this process (os._exit in main)
 
 
 def main() -> None:
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` shows where a stuck run waits
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--runtime", choices=["process", "docker"], default="process")
@@ -122,7 +130,7 @@ def main() -> None:
 
         if docker:
             _use_docker(args.image)
-        console = _start(Path(scratch) / "agent")
+        console = _start(Path(scratch) / "agent", pages=True)
         seconds = _runs(
             console,
             _session(user),

@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from execution_start import _setup_django
 
@@ -49,9 +50,15 @@ def _world() -> tuple[object, object, object]:
     return user, project, pool
 
 
-def _start(work_dir: Path) -> str:
-    """Start the worker and agent (process runtime) and the console under uvicorn; return the console's URL."""
+def _start(work_dir: Path, *, pages: bool = False) -> str:
+    """Start the worker and agent (process runtime) and the console under uvicorn; return the console's URL.
+
+    `pages`: the console's pages work in a browser too, their static files served from the finders
+    (no collectstatic, no manifest), as in development.
+    """
     import uvicorn
+    from django.conf import settings
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
     from gpucloud import embedded
     from gpucloud.asgi import application
@@ -64,7 +71,14 @@ def _start(work_dir: Path) -> str:
     activate(config)
     executor._executor = executor.Executor(config)
     embedded.start_workers(app, agent_queue=agent_queue_for(NODE))
-    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=0, log_level="warning"))
+    served: Any = application
+    if pages:
+        settings.STORAGES = {
+            **settings.STORAGES,
+            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+        }
+        served = ASGIStaticFilesHandler(application)  # type: ignore[arg-type]
+    server = uvicorn.Server(uvicorn.Config(served, host="127.0.0.1", port=0, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.02)
