@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -74,3 +78,17 @@ def uvicorn_server(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def kill_process_sessions(work_dir: Path) -> None:
+    """SIGKILL the session of every process-runtime workload under an agent's `work_dir` still alive.
+
+    Each such workload is a session of its own: whatever Jupyter a failed test left behind goes with it.
+    """
+    from inventory.drivers.process_workdir import alive
+
+    for path in work_dir.glob("*/state.json"):
+        state = json.loads(path.read_text())
+        if state.get("pgid") and alive(state.get("pid"), state.get("child_start")):
+            with suppress(ProcessLookupError):
+                os.killpg(state["pgid"], signal.SIGKILL)

@@ -15,9 +15,6 @@ words on the queue page, Hibernate, Resume, and the file still there.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import signal
 import sys
 import uuid
 from collections.abc import Iterator
@@ -31,7 +28,6 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from inventory.agent import executor as executor_module
 from inventory.agent.config import AgentConfig, activate
-from inventory.drivers.process_workdir import alive
 from inventory.models import Gpu, agent_queue_for
 from inventory.services.pools import create_node_pool
 from jobs.choices import WorkloadState
@@ -44,7 +40,7 @@ from tests.browser.journey import Journey
 from tests.conftest import PASSWORD
 from tests.inventory.factories import make_node
 from tests.jobs.factories import assign
-from tests.workers import running_worker, wait_until
+from tests.workers import kill_process_sessions, running_worker, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -89,15 +85,7 @@ def platform(tmp_path: Path, browser: Any, transactional_db: None, settings: Any
             yield Platform(tenant.slug, project.slug, work_dir)
     finally:
         executor_module._executor = None
-        for state in work_dir.glob("*/state.json"):
-            _kill_group(json.loads(state.read_text()))
-
-
-def _kill_group(state: dict[str, Any]) -> None:
-    # A process-runtime workload is a session of its own: whatever Jupyter a failed run left is killed here.
-    if state.get("pgid") and alive(state.get("pid"), state.get("child_start")):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(state["pgid"], signal.SIGKILL)
+        kill_process_sessions(work_dir)
 
 
 def _step(page: Any, key: str, status: str) -> Any:

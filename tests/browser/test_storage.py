@@ -10,10 +10,7 @@ hibernating it, the Resume button, and a second attempt in a new process.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import sys
 import time
 import uuid
@@ -39,7 +36,7 @@ from tests.browser.test_console import log_in
 from tests.conftest import World
 from tests.inventory.factories import make_node
 from tests.jobs.factories import assign, give_quota
-from tests.workers import running_worker, wait_until
+from tests.workers import kill_process_sessions, running_worker, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -75,14 +72,7 @@ def agent(tmp_path: Path, live_world: World, settings: Any) -> Iterator[Path]:
             yield work_dir
     finally:
         executor_module._executor = None
-        for state in work_dir.glob("*/state.json"):
-            _kill_group(json.loads(state.read_text()))
-
-
-def _kill_group(state: dict[str, Any]) -> None:
-    if state.get("pgid") and alive(state.get("pid"), state.get("child_start")):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(state["pgid"], signal.SIGKILL)
+        kill_process_sessions(work_dir)
 
 
 def _reached(workload_id: int, state: str, timeout: float = 45.0) -> Workload:

@@ -199,3 +199,17 @@ class SlowLink:
         for sock in self._sockets:
             with suppress(OSError):
                 sock.close()
+
+
+@contextmanager
+def slow_image_of(registry: Registry, base: str, *, payload_mb: int = 4, rate: int = 2 * 1024 * 1024) -> Iterator[str]:
+    """Yield the reference of a `payload_mb` image the engine does not have, reached through a link passing
+    `rate` bytes a second (so a pull takes seconds); remove what was pulled of it afterwards."""
+    ref = push_unique_image(registry, base, payload_mb=payload_mb)
+    link = SlowLink(registry.address, rate)
+    slow = ref.replace(registry.address, link.address)
+    try:
+        yield slow
+    finally:
+        link.close()
+        remove_image(slow)

@@ -28,7 +28,7 @@ from jobs.models import Replica, Workload, WorkloadEvent
 from tests.conftest import World
 from tests.frontend.test_pages import logged_in
 from tests.jobs.factories import run_pass_now
-from tests.jobs.registry import Registry, SlowLink, push_unique_image, remove_image, running_registry
+from tests.jobs.registry import Registry, running_registry, slow_image_of
 from tests.jobs.test_execution_docker import HTTPD, NODE, _reached, _submit, _world
 from tests.workers import running_worker, wait_until
 
@@ -45,12 +45,8 @@ def registry(tmp_path: Path) -> Iterator[Registry]:
 @pytest.fixture
 def slow_image(registry: Registry, test_image: str) -> Iterator[str]:
     """A 4 MB image the engine does not have, reached through a link passing 2 MB a second."""
-    ref = push_unique_image(registry, test_image, payload_mb=4)
-    link = SlowLink(registry.address, 2 * MB)
-    slow = ref.replace(registry.address, link.address)
-    yield slow
-    link.close()
-    remove_image(slow)
+    with slow_image_of(registry, test_image) as ref:
+        yield ref
 
 
 @pytest.fixture

@@ -18,7 +18,15 @@ from inventory.drivers.base import DriverTimeout, PermanentDriverError, PullProg
 from inventory.drivers.docker_pull import REPORT_SECONDS
 from inventory.drivers.docker_runtime import DockerRuntime
 from tests.inventory.drivers.conftest import SpecFactory, wait_for
-from tests.jobs.registry import Registry, SlowLink, docker, push_unique_image, remove_image, running_registry
+from tests.jobs.registry import (
+    Registry,
+    SlowLink,
+    docker,
+    push_unique_image,
+    remove_image,
+    running_registry,
+    slow_image_of,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -34,12 +42,8 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
 @pytest.fixture
 def slow_image(registry: Registry, test_image: str) -> Iterator[str]:
     """A 4 MB image that is not on the engine, pulled through a link passing 2 MB a second."""
-    ref = push_unique_image(registry, test_image, payload_mb=4)
-    link = SlowLink(registry.address, 2 * MB)
-    slow = ref.replace(registry.address, link.address)
-    yield slow
-    link.close()
-    remove_image(slow)
+    with slow_image_of(registry, test_image) as ref:
+        yield ref
 
 
 def _present(ref: str) -> bool:
