@@ -197,9 +197,13 @@ def test_a_notebooks_files_survive_idle_hibernation_and_resume_where_its_owner_l
     assert _jupyter_pid(agent, resumed) != first_pid
 
     # Open lands on the notebook it was left at; the file the kernel wrote reads back in the editor.
-    live_page.reload()
+    # The page shows the link live; only a first arrival from Launch opens JupyterLab by itself, and the
+    # reload above (whose referrer is still the Launch page) re-armed nothing.
+    live_page.locator("#open-notebook[href]").wait_for(timeout=30_000)
     href = live_page.locator("#open-notebook").get_attribute("href")
     assert href == f"/notebooks/{workload_id}/lab/tree/{NOTEBOOK}", href
+    live_page.wait_for_timeout(1_000)
+    assert not [tab.url for tab in live_page.context.pages if "/lab" in tab.url]
     lab = _open_lab(live_page)
     assert lab.url.endswith(href), lab.url
     lab.locator(f'.lm-TabBar-tab.jp-mod-current[title^="Name: {NOTEBOOK}"]').wait_for(timeout=20_000)

@@ -78,7 +78,10 @@ function labLink() {
 
 // --- opening JupyterLab once, for the person who launched it ------------------------------------------
 
+/** True only on the first load after the Launch form: a reload or Back keeps the referrer, so it must not count. */
 function arrivedFromLaunch() {
+  const [navigation] = performance.getEntriesByType("navigation");
+  if (navigation?.type !== "navigate") return false;
   try {
     return document.referrer !== "" && new URL(document.referrer).pathname === root.dataset.launchPath;
   } catch {
@@ -86,9 +89,11 @@ function arrivedFromLaunch() {
   }
 }
 
+const STARTING_STATES = new Set(["pending", "scheduled", "starting"]);
+
 function rememberLaunch() {
   const state = head()?.dataset;
-  if (state?.kind === "notebook" && labLink() === null && arrivedFromLaunch()) {
+  if (state?.kind === "notebook" && STARTING_STATES.has(state.state) && labLink() === null && arrivedFromLaunch()) {
     window.sessionStorage.setItem(autoOpenKey, "1");
   }
 }
