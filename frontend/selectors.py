@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,10 +16,10 @@ from inventory.models import Gpu, Node, NodeEvent, NodePool
 from inventory.selectors import gpus_for_operators, node_events, nodes_for_operators, pool_capacity, unknown_agents
 from jobs import selectors as job_selectors
 from jobs.choices import ACTIVE_STATES, WorkloadState
-from jobs.models import Allocation, Replica, Workload, WorkloadEvent
+from jobs.models import Allocation, Workload, WorkloadEvent
 from tenants.choices import Role
 from tenants.context import Actor
-from tenants.models import ApiToken, Membership, ProjectQuota, Tenant, TenantQuota
+from tenants.models import ApiToken, Membership, Tenant, TenantQuota
 from tenants.selectors import memberships_of_user, own_tokens_within_reach, tenant_summaries
 
 # How many of a node's events its page shows, newest first.
@@ -124,34 +123,6 @@ def unregistered_agents() -> list[tuple[str, datetime | None]]:
     ]
 
 
-@dataclass(frozen=True)
-class ProjectUse:
-    """A project's GPUs in use in one pool against its quota: within the guarantee, borrowed above it."""
-
-    project: str
-    pool: str
-    guaranteed: int
-    limit: int
-    in_use: int
-
-    @property
-    def borrowed(self) -> int:
-        return max(0, self.in_use - self.guaranteed)
-
-
-def _gpus_held(allocations: QuerySet[Allocation], owner: str) -> dict[tuple[int, int], int]:
-    """Return {(owner id, pool id): GPUs held} over the active GPU allocations of `allocations`, in one query."""
-    rows = (
-        allocations.filter(released_at__isnull=True, gpu__isnull=False)
-        .values(owner, "workload__pool_id")
-        .annotate(gpus=Count("id"))
-    )
-    held: dict[tuple[int, int], int] = defaultdict(int)
-    for row in rows:
-        held[(row[owner], row["workload__pool_id"])] += row["gpus"]
-    return held
-
-
 def queue_in_scope() -> tuple[list[Workload], list[Workload]]:
     """Return the tenant's (waiting, active) workloads: waiting by pool and queue position, active with GPUs.
 
@@ -186,36 +157,6 @@ def recent_preemptions_in_scope(*, limit: int = 20) -> list[WorkloadEvent]:
     )
 
 
-def project_use_in_scope() -> list[ProjectUse]:
-    """Return every project quota of the tenant in scope with the GPUs its project's active work holds there."""
-    held = _gpus_held(Allocation.objects.all(), "workload__project_id")
-    quotas = ProjectQuota.objects.select_related("project", "pool").order_by("project__slug", "pool__name")
-    return [
-        ProjectUse(q.project.slug, q.pool.name, q.guaranteed, q.limit, held[(q.project_id, q.pool_id)]) for q in quotas
-    ]
-
-
-@dataclass(frozen=True)
-class TenantAllocation:
-    """A tenant's GPUs in use in one pool against its quota (operators' view)."""
-
-    tenant: str
-    pool: str
-    guaranteed: int
-    limit: int
-    in_use: int
-
-
-def allocation_by_pool_and_tenant() -> list[TenantAllocation]:
-    """Return every tenant quota with the GPUs the tenant's active work holds in that pool; two queries."""
-    held = _gpus_held(Allocation.all_tenants.all(), "tenant_id")
-    quotas = TenantQuota.all_tenants.select_related("tenant", "pool").order_by("pool__name", "tenant__slug")
-    return [
-        TenantAllocation(q.tenant.slug, q.pool.name, q.guaranteed, q.limit, held[(q.tenant_id, q.pool_id)])
-        for q in quotas
-    ]
-
-
 def workloads_matching(
     *, state: str = "", project: str = "", kind: str = "", owner: User | None = None
 ) -> QuerySet[Workload]:
@@ -228,13 +169,6 @@ def workloads_matching(
 def workload_in_scope(workload_id: int) -> Workload | None:
     """Return one of the tenant's workloads with its allocations (node, GPU) and events loaded, or None."""
     return job_selectors.workload_detail(workload_id)
-
-
-def replicas_of_current_attempt(workload: Workload) -> list[Replica]:
-    """Return the replicas of `workload`'s current attempt with their nodes, by index."""
-    return list(
-        Replica.objects.filter(workload=workload, attempt=workload.attempt).select_related("node").order_by("index")
-    )
 
 
 @dataclass(frozen=True)

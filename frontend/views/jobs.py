@@ -30,7 +30,7 @@ from jobs.choices import TERMINAL_STATES, ReasonCode, WorkloadKind, WorkloadStat
 from jobs.models import Workload
 from jobs.selectors.progress import STEP_STATES
 from jobs.services.actions import RESTARTABLE_STATES
-from jobs.services.hibernation import lab_url
+from jobs.services.hibernation import notebook_link
 from tenants import selectors as tenant_selectors
 from tenants.choices import Role
 
@@ -47,7 +47,7 @@ def queue(request: HttpRequest, page: Page) -> HttpResponse:
         "page": page,
         "waiting": waiting,
         "active": active,
-        "use": selectors.project_use_in_scope(),
+        "use": job_selectors.project_use_in_scope(),
         "preemptions": selectors.recent_preemptions_in_scope(),
         "events_path": live_paths.tenant_events(page.tenant.slug),
         "state_labels": dict(WorkloadState.choices),
@@ -59,7 +59,7 @@ def queue(request: HttpRequest, page: Page) -> HttpResponse:
 @operator_view
 def ops_allocation(request: HttpRequest) -> HttpResponse:
     """Every tenant's GPUs in use per pool against its guarantee and limit."""
-    return render(request, "frontend/ops_allocation.html", {"rows": selectors.allocation_by_pool_and_tenant()})
+    return render(request, "frontend/ops_allocation.html", {"rows": job_selectors.allocation_by_pool_and_tenant()})
 
 
 def owns_or_admins(page: Page, workload: Workload) -> bool:
@@ -77,8 +77,8 @@ def notebook_url(page: Page, workload: Workload) -> str | None:
 
     The proxy lets only the owner and tenant admins through, so nobody else is offered the link.
     """
-    live = workload.kind == WorkloadKind.NOTEBOOK and workload.state == WorkloadState.RUNNING
-    return lab_url(workload) if live and owns_or_admins(page, workload) else None
+    viewer = page.actor.user.pk if page.actor.user is not None else None
+    return notebook_link(workload, viewer_id=viewer, viewer_is_admin=page.is_admin)
 
 
 def _project_choices() -> list[tuple[str, str]]:
@@ -243,7 +243,7 @@ def _workload_page(
 
 def _workload_context(page: Page, workload: Workload) -> dict[str, Any]:
     """Return what the live parts of a workload's page show (`_workload_head.html`, `_workload_timeline.html`)."""
-    replicas = selectors.replicas_of_current_attempt(workload)
+    replicas = job_selectors.replicas_of_current_attempt(workload)
     due = job_selectors.capacity_due(workload.pool_id, now=timezone.now()) if workload.state == "pending" else None
     return {
         "page": page,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from operator import attrgetter
 from typing import Any
 
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -13,9 +16,10 @@ from common.api.types import MAX_ITEMS, MAX_TEXT
 from inventory.selectors import pools_open_to_tenant
 from jobs.choices import PriorityClass, WorkloadKind, WorkloadState
 from jobs.models import Allocation, AllowedImage, LaunchPreset, Workload, WorkloadEvent
-from jobs.selectors import presets_for_tenant
+from jobs.selectors import LaunchStep, current_launch_steps, presets_for_tenant
+from jobs.services.hibernation import notebook_link
 from jobs.services.presets import PRESET_FIELDS
-from tenants.api.fields import ScopedSlugField
+from tenants.api.fields import GpuLimitField, ScopedSlugField
 from tenants.models import Tenant
 from tenants.selectors import projects_in_scope
 
@@ -236,15 +240,84 @@ class WorkloadEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+_WHEN = {"type": "string", "format": "date-time", "nullable": True}
+LAUNCH_STEP_SCHEMA = {
+    "type": "array",
+    "description": "The current attempt's launch, as the workload's page shows it ([] once it has ended).",
+    "items": {
+        "type": "object",
+        "required": ["key", "label", "detail", "status", "at", "due"],
+        "properties": {
+            "key": {"type": "string"},
+            "label": {"type": "string"},
+            "detail": {"type": "string"},
+            "status": {"type": "string", "enum": ["done", "current", "next"]},
+            "at": {**_WHEN, "description": "When it was reached; null: not yet."},
+            "due": {**_WHEN, "description": "While waiting for GPUs: when some come back at the latest."},
+        },
+    },
+}
+
+
+def _launch_step(step: LaunchStep) -> dict[str, Any]:
+    when = serializers.DateTimeField()
+    at = when.to_representation(step.at) if step.at else None
+    due = when.to_representation(step.due) if step.due else None
+    return {**dataclasses.asdict(step), "at": at, "due": due}
+
+
 class WorkloadDetailSerializer(WorkloadSerializer):
-    """A workload with where it runs (allocations) and what happened to it (events)."""
+    """A workload with where it runs (allocations), what happened to it (events) and how far its launch got.
+
+    `notebook_url` (a path on the console) is set for a running notebook when
+    the caller may open it (its owner, the tenant's admins); the view puts
+    the viewer in the context as `viewer_id` and `viewer_is_admin`.
+    """
 
     allocations = AllocationSerializer(many=True, read_only=True)
     events = WorkloadEventSerializer(many=True, read_only=True)
+    launch_steps = serializers.SerializerMethodField()
+    notebook_url = serializers.SerializerMethodField()
 
     class Meta(WorkloadSerializer.Meta):
-        fields = [*_WORKLOAD_FIELDS, "allocations", "events"]
+        fields = [*_WORKLOAD_FIELDS, "lab_path", "allocations", "events", "launch_steps", "notebook_url"]
         read_only_fields = fields
+
+    @extend_schema_field(LAUNCH_STEP_SCHEMA)
+    def get_launch_steps(self, workload: Workload) -> list[dict[str, Any]]:
+        return [_launch_step(step) for step in current_launch_steps(workload, now=timezone.now())]
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_notebook_url(self, workload: Workload) -> str | None:
+        return notebook_link(
+            workload,
+            viewer_id=self.context.get("viewer_id"),
+            viewer_is_admin=bool(self.context.get("viewer_is_admin")),
+        )
+
+
+class ValidationResultSerializer(serializers.Serializer):
+    """A dry run's answer: the submission meets every rule (a refusal is the 400 error envelope)."""
+
+    valid = serializers.BooleanField(read_only=True)
+    count = Integer(read_only=True, help_text="Workloads that would be submitted.")
+
+
+class QuotaUseSerializer(serializers.Serializer):
+    """GPUs in use in one pool against a quota: the tenant's own (project null) or a project's."""
+
+    project = serializers.CharField(read_only=True, allow_null=True, help_text="null: the tenant's own quota.")
+    pool = serializers.CharField(read_only=True)
+    guaranteed = Integer(read_only=True)
+    limit = GpuLimitField(help_text="null: no limit at this level.")
+    in_use = Integer(read_only=True, help_text="GPUs held now.")
+    borrowed = Integer(read_only=True, help_text="GPUs held above the guarantee, reclaimable.")
+    running = Integer(read_only=True, help_text="Workloads placed, starting or running.")
+    pending = Integer(read_only=True, help_text="Workloads waiting.")
+
+
+class UsageSerializer(serializers.Serializer):
+    quotas = QuotaUseSerializer(many=True, read_only=True)
 
 
 class BulkResultSerializer(serializers.Serializer):

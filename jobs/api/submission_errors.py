@@ -62,6 +62,18 @@ def with_rule_errors(
     return serializers.ValidationError(flat)
 
 
+def raise_rule_errors(actor: Actor, project: Project, items: list[dict[str, Any]], *, bulk: bool) -> None:
+    """Raise a ValidationError naming every rule a parsed submission breaks, as `submit` would; write nothing.
+
+    For a dry run: what `validated_input` accepted still meets the service's
+    rules (the pool, the allow-list, the quota) only when submitted.
+    """
+    found = submission_errors(actor=actor, project=project, items=items, bulk=bulk)
+    if found:
+        refusal = {path: [_detail(error) for error in errors] for path, errors in found.items()}
+        raise serializers.ValidationError(refusal)
+
+
 def _project(body: Mapping[str, Any], context: dict[str, Any]) -> Project | None:
     """Return the body's project as the serializer reads it, or None (it was refused, or it is missing)."""
     field = WorkloadInputSerializer(context=context).fields["project"]

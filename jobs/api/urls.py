@@ -11,6 +11,7 @@ tenant.register("workloads/bulk", views.WorkloadBulkEndpoint, basename="workload
 tenant.register("workloads", views.WorkloadEndpoint, basename="workload")
 tenant.register("images", views.TenantImageEndpoint, basename="tenant-image")
 tenant.register("presets", views.LaunchPresetEndpoint, basename="preset")
+tenant.register("usage", views.UsageEndpoint, basename="usage")
 
 platform = SimpleRouter(trailing_slash=True)
 platform.register("images", views.AllowedImageEndpoint, basename="allowed-image")

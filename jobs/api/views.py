@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from jobs import selectors, services
 from jobs.api import serializers as s
 from jobs.api.filters import WorkloadFilter
-from jobs.api.submission_errors import with_rule_errors
+from jobs.api.submission_errors import raise_rule_errors, with_rule_errors
 from jobs.models import AllowedImage, LaunchPreset, Workload
 from jobs.services import images, presets
 from tenants.api.base import PlatformViewSet, TenantViewSet
@@ -99,6 +99,14 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
     def get_serializer_class(self) -> Any:
         return s.WorkloadDetailSerializer if self.action == "retrieve" else s.WorkloadSerializer
 
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = super().get_serializer_context()
+        actor = getattr(self, "actor", None)
+        context["viewer_id"] = actor.user.pk if actor is not None and actor.user is not None else None
+        # As the notebook proxy decides: a tenant admin may open anyone's notebook, an operator only as one.
+        context["viewer_is_admin"] = getattr(self, "role", None) == Role.ADMIN
+        return context
+
     @extend_schema(
         request=s.WorkloadInputSerializer,
         responses={201: s.WorkloadSerializer, 200: s.WorkloadSerializer},
@@ -111,6 +119,14 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
             actor=self.actor, project=project, items=[data], idempotency_key=_idempotency_key(request)
         )
         return Response(s.workload_rows(submission.workloads)[0], status=_status(submission))
+
+    @extend_schema(request=s.WorkloadInputSerializer, responses=s.ValidationResultSerializer)
+    @action(detail=False, methods=["post"])
+    def validate(self, request: Request, tenant: str) -> Response:
+        """Check a submission against every rule a submission meets, the database's included; write nothing."""
+        data = _submission_input(self, bulk=False)
+        raise_rule_errors(self.actor, data.pop("project"), [data], bulk=False)
+        return Response({"valid": True, "count": 1})
 
     @extend_schema(request=None, responses=s.WorkloadSerializer)
     @action(detail=True, methods=["post"])
@@ -195,6 +211,34 @@ class WorkloadBulkEndpoint(TenantViewSet):
         )
         body = {"count": len(submission.workloads), "results": s.workload_rows(submission.workloads)}
         return Response(body, status=_status(submission))
+
+    @extend_schema(request=s.BulkInputSerializer, responses=s.ValidationResultSerializer)
+    @action(detail=False, methods=["post"])
+    def validate(self, request: Request, tenant: str) -> Response:
+        """Check a bulk submission against every rule its submission meets; write nothing."""
+        data = _submission_input(self, bulk=True)
+        raise_rule_errors(self.actor, data["project"], data["items"], bulk=True)
+        return Response({"valid": True, "count": len(data["items"])})
+
+
+class UsageEndpoint(TenantViewSet):
+    """What the tenant's work holds and waits for against its quotas now; everyone in the tenant reads (GET only)."""
+
+    serializer_class = s.UsageSerializer
+    queryset = Workload.objects.none()  # for the schema only (its answer has no model): scoped_queryset serves
+
+    def scoped_queryset(self) -> QuerySet[Workload]:
+        return selectors.workloads_for_tenant()
+
+    @extend_schema(
+        responses=s.UsageSerializer,
+        # No model behind it: the tenant's slug is described here, not derived from a queryset.
+        parameters=[
+            OpenApiParameter("tenant", OpenApiTypes.STR, OpenApiParameter.PATH, description="A tenant's slug.")
+        ],
+    )
+    def list(self, request: Request, tenant: str) -> Response:
+        return Response(s.UsageSerializer({"quotas": selectors.quota_use_in_scope()}).data)
 
 
 class AllowedImageEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformViewSet):

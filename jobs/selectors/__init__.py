@@ -6,7 +6,7 @@ controller's hooks do.
 
 One module a concern, every read re-exported here: `workloads` (workloads,
 presets, allowed images), `logs`, `progress` (a launch's steps), `proxy` (the notebook proxy's access
-read), `live` (the WebSocket streams') and `telemetry` (GPU use).
+read), `live` (the WebSocket streams'), `telemetry` (GPU use) and `usage` (what work holds against quotas).
 """
 
 from jobs.selectors.live import (
@@ -27,12 +27,21 @@ from jobs.selectors.progress import (
     LaunchStep,
     attempt_began,
     capacity_due,
+    current_launch_steps,
     launch_steps,
     ran_on_simulated_node,
     reason_label,
+    replicas_of_current_attempt,
 )
 from jobs.selectors.proxy import ProxyTarget, notebook_proxy_target
 from jobs.selectors.telemetry import GpuUsage, gpu_usage_by_tenant, minutes_while_held, workload_gpu_minutes
+from jobs.selectors.usage import (
+    QuotaUse,
+    TenantAllocation,
+    allocation_by_pool_and_tenant,
+    project_use_in_scope,
+    quota_use_in_scope,
+)
 from jobs.selectors.workloads import (
     active_allocations_by_node,
     allowed_images_for_operators,
@@ -50,11 +59,15 @@ __all__ = [
     "LogLine",
     "LogPage",
     "ProxyTarget",
+    "QuotaUse",
+    "TenantAllocation",
     "active_allocations_by_node",
+    "allocation_by_pool_and_tenant",
     "allowed_images_for_operators",
     "allowed_images_for_tenant",
     "attempt_began",
     "capacity_due",
+    "current_launch_steps",
     "gpu_usage_by_tenant",
     "iter_log_lines",
     "launch_steps",
@@ -71,8 +84,11 @@ __all__ = [
     "minutes_while_held",
     "notebook_proxy_target",
     "presets_for_tenant",
+    "project_use_in_scope",
+    "quota_use_in_scope",
     "ran_on_simulated_node",
     "reason_label",
+    "replicas_of_current_attempt",
     "watchable_workload",
     "workload_detail",
     "workload_gpu_minutes",

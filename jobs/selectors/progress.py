@@ -66,6 +66,19 @@ def attempt_began(workload: Workload) -> datetime:
     return began
 
 
+def replicas_of_current_attempt(workload: Workload) -> list[Replica]:
+    """Return the replicas of `workload`'s current attempt with their nodes, by index."""
+    return list(
+        Replica.objects.filter(workload=workload, attempt=workload.attempt).select_related("node").order_by("index")
+    )
+
+
+def current_launch_steps(workload: Workload, *, now: datetime) -> list[LaunchStep]:
+    """Return `workload`'s launch steps as its page shows them at `now`: its replicas read, a wait bounded."""
+    due = capacity_due(workload.pool_id, now=now) if workload.state == WorkloadState.PENDING else None
+    return launch_steps(workload, replicas_of_current_attempt(workload), due=due)
+
+
 def launch_steps(workload: Workload, replicas: Sequence[Replica], *, due: datetime | None = None) -> list[LaunchStep]:
     """Return the launch steps of `workload`'s current attempt, oldest first; [] outside STEP_STATES.
 

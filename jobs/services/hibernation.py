@@ -158,6 +158,17 @@ def resume_notebook(*, actor: Actor, workload: Workload) -> Workload:
     return resumed
 
 
+def notebook_link(workload: Workload, *, viewer_id: int | None, viewer_is_admin: bool) -> str | None:
+    """Return the proxy path to `workload`'s JupyterLab for this viewer, or None when there is none to offer.
+
+    Only a running notebook has one, and only for its owner and the tenant's
+    admins: the proxy lets nobody else through, so nobody else is offered it.
+    """
+    running = workload.kind == WorkloadKind.NOTEBOOK and workload.state == WorkloadState.RUNNING
+    may_open = viewer_is_admin or (viewer_id is not None and workload.owner_id == viewer_id)
+    return lab_url(workload) if running and may_open else None
+
+
 def lab_url(workload: Workload) -> str:
     """Return where the notebook's JupyterLab opens: at the file its owner worked on last, else at its root."""
     base = f"/notebooks/{workload.pk}/lab"

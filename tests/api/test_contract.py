@@ -432,6 +432,7 @@ CONTRACTS = [
             "resume": lambda w, x: {},
         },
         reads={"logs": "logs/", "logs-download": "logs/download/"},
+        calls={"workload-validate": Call("post", _t("workloads/validate/"), Role.MEMBER, _workload_body, "validate")},
         # Only an idle-warned running notebook can be extended, only an ended workload restarted, and only
         # notebooks hibernate and resume; the contract's workload is a pending job.
         authorized_status={
@@ -450,6 +451,22 @@ CONTRACTS = [
         setup=_workload_world,
         create=lambda w, x: {"project": "alpha", "items": [_workload_body(w, x)]},
         authorized_status={"get": 405},  # POST only
+        calls={
+            "bulk-validate": Call(
+                "post",
+                _t("workloads/bulk/validate/"),
+                Role.MEMBER,
+                lambda w, x: {"project": "alpha", "items": [_workload_body(w, x)]},
+                "validate",
+            )
+        },
+    ),
+    Contract(
+        basename="usage",
+        list_url=_t("usage/"),
+        detail_url=None,  # one read: the tenant's quotas with what is held and waits
+        read=Role.VIEWER,
+        setup=_workload_world,
     ),
     Contract(
         basename="allowed-image",
