@@ -64,7 +64,7 @@ deploy-check: env-dev ## Django's deployment checks under production-like settin
 # (editable), unless the stamp says it already does.
 define python_env
 	@test -x $(VENV)/bin/python || { echo "Creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
-	@want="$(1) $$(cat $(1) pyproject.toml | sha256sum | cut -d' ' -f1)"; \
+	@want="$(1) $$(cat $(1) pyproject.toml client/pyproject.toml | sha256sum | cut -d' ' -f1)"; \
 	if [[ "$$(cat $(PY_STAMP) 2>/dev/null)" != "$$want" ]]; then \
 		total=$$(grep -c '^[a-z0-9]' $(1)); \
 		echo "Installing $(1) into $(VENV): $$total Python packages (a minute or two the first time)"; \
@@ -72,6 +72,10 @@ define python_env
 		$(PIP) install --progress-bar off -r $(1) | $(PIP_PROGRESS) --total $$total; \
 		echo "  installing gpucloud itself (editable)"; \
 		$(PIP) install --quiet --no-deps -e .; \
+		if [[ "$(1)" == requirements-dev.lock ]]; then \
+			echo "  installing the command-line client (editable; its dependencies are in the lock)"; \
+			$(PIP) install --quiet --no-deps -e client; \
+		fi; \
 		echo "$$want" > $(PY_STAMP); \
 	fi
 endef

@@ -42,7 +42,7 @@ from tests.jobs.registry import registry_missing
 
 PASSWORD = "correct-horse-battery-staple"
 REQUIRED = {s.strip() for s in os.environ.get("GPUCLOUD_REQUIRE_SERVICES", "").split(",") if s.strip()}
-SERVICES = ("postgres", "redis", "browser", "docker", "traces", "sshfs", "registry")
+SERVICES = ("postgres", "redis", "browser", "docker", "traces", "sshfs", "registry", "tmux")
 # Services required wherever another is required: their tests need both, and CI installs both.
 REQUIRED_WITH = {"registry": "docker"}
 SSHFS_TOOLS = ("sshfs", "sshd", "ssh-keygen", "fusermount3")
@@ -91,6 +91,8 @@ def _missing(service: str) -> str | None:
         return sshfs_missing()
     if service == "registry":
         return registry_missing()
+    if service == "tmux" and shutil.which("tmux") is None:
+        return "no tmux (Debian: tmux)"
     return None
 
 

@@ -264,8 +264,8 @@ def test_restart_applies_the_count_limits_and_allowed_images_again(world: World)
 
 def test_gpus_held_by_placed_work_are_never_shown_free(world: World) -> None:
     """Scheduled but not started (a console restarted in between): its GPUs count as held on every page."""
-    from frontend.selectors import allocation_by_pool_and_tenant
     from inventory.selectors import pool_capacity
+    from jobs.selectors import allocation_by_pool_and_tenant
 
     _ready(world)
     for name in ("one", "two", "three"):
