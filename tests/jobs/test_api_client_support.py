@@ -82,7 +82,9 @@ def test_a_dry_run_keeps_the_submission_access_rules(world: World) -> None:
     assert client_for(world.viewer_a).post(f"{BASE}validate/", JOB, format="json").status_code == 403
     outsider = client_for(world.admin_b)
     assert outsider.post(f"{BASE}validate/", JOB, format="json").status_code == 404
-    assert outsider.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": [JOB]}, format="json").status_code == 404
+    assert (
+        outsider.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": [JOB]}, format="json").status_code == 404
+    )
 
 
 def test_the_detail_shows_the_launch_steps_of_the_current_attempt(world: World) -> None:
