@@ -98,6 +98,10 @@ def supervise(directory: Path) -> int:
     launch = json.loads((directory / LAUNCH).read_text())
     writer = LogWriter(directory / LOG)
     started = now_rfc3339()
+    if not launch["command"]:
+        # No image here to take a default command from: fail at once, saying so, rather than hang the launch.
+        _record_failure(directory, writer, started, "the process runtime runs no image: give the workload a command")
+        return 0
     try:
         child = subprocess.Popen(  # noqa: S603 -- the workload's own command, checked by the runtime
             launch["command"],
@@ -108,8 +112,9 @@ def supervise(directory: Path) -> int:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-    except OSError as error:
-        _record_failure(directory, writer, started, error)
+    except (OSError, ValueError) as error:  # ValueError: an argument Popen refuses (a NUL byte)
+        code = 127 if isinstance(error, FileNotFoundError) else 126
+        _record_failure(directory, writer, started, f"cannot run the command: {error}", code=code)
         return 0
     # Ignored only now: a disposition set before the spawn would be inherited by the command.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -135,15 +140,14 @@ def supervise(directory: Path) -> int:
     return 0
 
 
-def _record_failure(directory: Path, writer: LogWriter, started: str, error: OSError) -> None:
-    """The command could not be started: say why on stderr and record exit code 127 (126 if not executable)."""
-    code = 127 if isinstance(error, FileNotFoundError) else 126
-    writer.write("stderr", f"cannot run the command: {error}")
+def _record_failure(directory: Path, writer: LogWriter, started: str, why: str, *, code: int = 127) -> None:
+    """The command could not be started: say `why` on stderr, record exit `code` (127 not found, 126 not runnable)."""
+    writer.write("stderr", why)
     writer.close()
     me = os.getpid()
     state = {"supervisor_pid": me, "supervisor_start": start_time(me), "pid": None, "pgid": None}
     write_json(directory / STATE, {**state, "child_start": None, "started_at": started})
-    write_json(directory / EXIT, {"exit_code": code, "finished_at": now_rfc3339(), "message": str(error)})
+    write_json(directory / EXIT, {"exit_code": code, "finished_at": now_rfc3339(), "message": why})
 
 
 def main(argv: list[str]) -> int:

@@ -17,7 +17,10 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.api.schema import SingleObjectSchema
 from jobs import selectors, services
+from jobs.api import image_serializers as im
+from jobs.api import log_serializers as logs_s
 from jobs.api import serializers as s
 from jobs.api.filters import WorkloadFilter
 from jobs.api.submission_errors import raise_rule_errors, with_rule_errors
@@ -157,17 +160,17 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
         """Queue a hibernated notebook again with the same settings (a no-op when it was resumed already)."""
         return self.respond(services.resume_notebook(actor=self.actor, workload=self.get_object()))
 
-    @extend_schema(parameters=[s.LogQuerySerializer], responses=s.LogPageSerializer)
+    @extend_schema(parameters=[logs_s.LogQuerySerializer], responses=logs_s.LogPageSerializer)
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, tenant: str, pk: str) -> Response:
         """The last `limit` log lines, or with `since` the lines after it: poll with `next_since` until `complete`."""
         workload = self.get_object()
-        query = s.LogQuerySerializer(data=request.query_params)
+        query = logs_s.LogQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         page = selectors.workload_log(
             workload, since=query.validated_data.get("since"), limit=query.validated_data["limit"]
         )
-        return Response(s.LogPageSerializer(page).data)
+        return Response(logs_s.LogPageSerializer(page).data)
 
     @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR})
     @action(
@@ -226,6 +229,9 @@ class UsageEndpoint(TenantViewSet):
 
     serializer_class = s.UsageSerializer
     queryset = Workload.objects.none()  # for the schema only (its answer has no model): scoped_queryset serves
+    pagination_class = None  # one object: the tenant's quotas, a handful of rows
+    filter_backends: list[Any] = []
+    schema = SingleObjectSchema()
 
     def scoped_queryset(self) -> QuerySet[Workload]:
         return selectors.workloads_for_tenant()
@@ -244,7 +250,7 @@ class UsageEndpoint(TenantViewSet):
 class AllowedImageEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformViewSet):
     """Allowed image patterns of the whole platform: operators list, add and remove them."""
 
-    serializer_class = s.AllowedImageSerializer
+    serializer_class = im.AllowedImageSerializer
     read_role = Role.OPERATOR
     filterset_fields = ["notebook"]
     search_fields = ["pattern", "description"]
@@ -252,9 +258,9 @@ class AllowedImageEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, Pla
     def scoped_queryset(self) -> QuerySet[AllowedImage]:
         return selectors.allowed_images_for_operators()
 
-    @extend_schema(request=s.AllowedImageCreateSerializer, responses={201: s.AllowedImageSerializer})
+    @extend_schema(request=im.AllowedImageCreateSerializer, responses={201: im.AllowedImageSerializer})
     def create(self, request: Request) -> Response:
-        data = self.validated_input(s.AllowedImageCreateSerializer)
+        data = self.validated_input(im.AllowedImageCreateSerializer)
         return self.respond(images.create_allowed_image(actor=self.actor, **data), status.HTTP_201_CREATED)
 
     def destroy(self, request: Request, pk: str) -> Response:
@@ -268,7 +274,7 @@ class TenantImageEndpoint(mixins.ListModelMixin, TenantViewSet):
     While no pattern exists anywhere on the platform every image is allowed (docs/images.md).
     """
 
-    serializer_class = s.AllowedImageSerializer
+    serializer_class = im.AllowedImageSerializer
 
     def scoped_queryset(self) -> QuerySet[AllowedImage]:
         return selectors.allowed_images_for_tenant(self.tenant.pk)
@@ -284,22 +290,22 @@ class TenantImageEndpoint(mixins.ListModelMixin, TenantViewSet):
 class LaunchPresetEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy cannot check bases unpacked from a tuple
     """A tenant's launch presets: everyone in the tenant reads, tenant admins write."""
 
-    serializer_class = s.LaunchPresetSerializer
+    serializer_class = im.LaunchPresetSerializer
     ordering_fields = ["name", "created_at"]
     search_fields = ["name", "description", "image"]
 
     def scoped_queryset(self) -> QuerySet[LaunchPreset]:
         return selectors.presets_for_tenant()
 
-    @extend_schema(request=s.LaunchPresetInputSerializer, responses={201: s.LaunchPresetSerializer})
+    @extend_schema(request=im.LaunchPresetInputSerializer, responses={201: im.LaunchPresetSerializer})
     def create(self, request: Request, tenant: str) -> Response:
-        data = self.validated_input(s.LaunchPresetInputSerializer)
+        data = self.validated_input(im.LaunchPresetInputSerializer)
         preset = presets.create_preset(actor=self.actor, tenant=self.tenant, values=presets.PresetValues(**data))
         return self.respond(preset, status.HTTP_201_CREATED)
 
-    @extend_schema(request=s.LaunchPresetInputSerializer, responses=s.LaunchPresetSerializer)
+    @extend_schema(request=im.LaunchPresetInputSerializer, responses=im.LaunchPresetSerializer)
     def partial_update(self, request: Request, tenant: str, pk: str) -> Response:
-        data = self.validated_input(s.LaunchPresetInputSerializer, partial=True)
+        data = self.validated_input(im.LaunchPresetInputSerializer, partial=True)
         return self.respond(presets.update_preset(actor=self.actor, preset=self.get_object(), changes=data))
 
     def destroy(self, request: Request, tenant: str, pk: str) -> Response:

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from datetime import datetime
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -37,6 +38,7 @@ from jobs.metrics import record_pass_duration
 from jobs.scheduler import core, frozen
 from jobs.scheduler.commit import PassResult, commit
 from jobs.scheduler.snapshot import build_snapshot
+from jobs.triggers import enqueue_scheduling_pass
 
 __all__ = ["PassResult", "build_snapshot", "run_pass", "scheduler_config"]
 
@@ -45,6 +47,9 @@ log = logging.getLogger(__name__)
 # An arbitrary 64-bit key naming the scheduler's advisory lock ("gpucloud" in ASCII).
 ADVISORY_LOCK_KEY = 0x67707563_6C6F7564
 _local_lock = threading.Lock()
+# A pass asked for while another held the lock (see `run_pass`); the wish outlives no pass by much.
+PASS_WANTED_KEY = "gpucloud:scheduler:pass-wanted"  # noqa: S105 -- a cache key, not a secret
+PASS_WANTED_SECONDS = 300
 
 
 @contextmanager
@@ -66,9 +71,27 @@ def _single_flight() -> Iterator[bool]:
 def run_pass(*, now: datetime | None = None, config: core.SchedulerConfig | None = None) -> PassResult | None:
     """Run one scheduling pass and commit it; return what it did, or None when another pass holds the lock.
 
+    A pass asked for while another runs is never lost: it leaves a wish
+    (`PASS_WANTED_KEY`, in the cache every process shares) and tries the
+    lock once more, in case the holder finished before it could see the
+    wish; a pass that ends finds the wish and asks for one more pass, which
+    sees what changed while it ran (a cancellation that freed GPUs, say).
     All or nothing: an error anywhere (a double allocation refused by the
     database included) rolls the whole pass back and is raised.
     """
+    result = _run_pass_once(now, config)
+    if result is None:
+        cache.set(PASS_WANTED_KEY, 1, timeout=PASS_WANTED_SECONDS)
+        result = _run_pass_once(now, config)
+        if result is None:
+            return None  # the holder ends after the wish was left: it asks for the pass
+    if cache.delete(PASS_WANTED_KEY):
+        enqueue_scheduling_pass()
+    return result
+
+
+def _run_pass_once(now: datetime | None, config: core.SchedulerConfig | None) -> PassResult | None:
+    """Run one pass if the lock is free (released again when this returns); None when another holds it."""
     moment = now or timezone.now()
     with transaction.atomic(), _single_flight() as acquired:
         if not acquired:

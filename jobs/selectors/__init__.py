@@ -22,7 +22,7 @@ from jobs.selectors.live import (
     live_workload_state,
     watchable_workload,
 )
-from jobs.selectors.logs import LogLine, LogPage, iter_log_lines, log_lines_after, workload_log
+from jobs.selectors.logs import LogLine, LogPage, iter_log_lines, log_lines_after, output_settled, workload_log
 from jobs.selectors.progress import (
     LaunchStep,
     attempt_began,
@@ -83,6 +83,7 @@ __all__ = [
     "log_lines_after",
     "minutes_while_held",
     "notebook_proxy_target",
+    "output_settled",
     "presets_for_tenant",
     "project_use_in_scope",
     "quota_use_in_scope",

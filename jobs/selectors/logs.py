@@ -9,14 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
-from django.db.models import Subquery, Value
+from django.db.models import F, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from jobs.choices import TERMINAL_STATES
-from jobs.models import LogChunk, Workload
+from jobs.models import LogChunk, Replica, ReplicaState, Workload
 from tenants.scoping import tenant_scope
+
+# How long after its end an ended replica's output may still be on its way (and is read again from the node
+# meanwhile, `jobs.services.reconcile`): past it, what is stored is all there will ever be.
+OUTPUT_WAIT_WINDOW = timedelta(minutes=10)
 
 
 class LogLine(TypedDict):
@@ -71,19 +77,54 @@ def log_lines_after(workload: Workload, *, since: int, limit: int) -> list[LogLi
     return [_log_line(line) for line in _chunk_lines(workload, start, limit) if line[0] >= start][:limit]
 
 
+def replicas_with_output_short(now: datetime) -> QuerySet[Replica]:
+    """Return the replicas that ended within OUTPUT_WAIT_WINDOW whose stored output stops short of its end.
+
+    A replica's exit report says where its shipped output ends (`log_end`),
+    and it travels on another queue than the output: for a moment after an
+    exit, the last batches may not be stored yet. Looks across tenants.
+    """
+    return (
+        Replica.all_tenants.filter(state=ReplicaState.EXITED, finished_at__gte=now - OUTPUT_WAIT_WINDOW)
+        .exclude(log_end="")
+        .exclude(log_cursor=F("log_end"))
+    )
+
+
+def output_settled(workload_id: int, *, now: datetime | None = None) -> bool:
+    """Return whether workload `workload_id` has ended and all its output is stored: no more lines will come.
+
+    Looks across tenants (its id names it); callers hold the access check.
+    """
+    state = Workload.all_tenants.filter(pk=workload_id).values_list("state", flat=True).first()
+    if state not in TERMINAL_STATES:
+        return False
+    return not replicas_with_output_short(now or timezone.now()).filter(workload_id=workload_id).exists()
+
+
 def workload_log(workload: Workload, *, since: int | None, limit: int) -> LogPage:
     """Return a page of the workload's log: the lines after `since`, or the last `limit` lines when it is None.
 
     `next_since` is the last line's number (the `since` to poll with next;
     when no line came back, where this page started). `complete` says the
-    workload has ended and no line after `next_since` is stored, so polling
-    can stop.
+    workload has ended, all its output is stored (`output_settled`) and no
+    line after `next_since` is, so polling can stop.
     """
     after = max(workload.log_seq - limit, 0) if since is None else since
     lines = log_lines_after(workload, since=after, limit=limit)
     next_since = lines[-1]["seq"] if lines else after
-    complete = workload.state in TERMINAL_STATES and next_since >= workload.log_seq
-    return LogPage(lines=lines, next_since=next_since, complete=complete)
+    return LogPage(lines=lines, next_since=next_since, complete=_read_to_the_end(workload, next_since))
+
+
+def _read_to_the_end(workload: Workload, next_since: int) -> bool:
+    if workload.state not in TERMINAL_STATES:
+        return False  # as read with the page: a workload that had not ended then may still write
+    # Settled first, then the count: every line stored before the output settled is counted, so a page that
+    # reaches that count has them all (the other order could miss a batch stored in between).
+    if replicas_with_output_short(timezone.now()).filter(workload_id=workload.pk).exists():
+        return False
+    stored = Workload.all_tenants.filter(pk=workload.pk).values_list("log_seq", flat=True).first() or 0
+    return next_since >= stored
 
 
 def iter_log_lines(workload: Workload, *, chunks_per_read: int = 200) -> Iterator[LogLine]:

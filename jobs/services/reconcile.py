@@ -46,7 +46,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from inventory.choices import NodeState
@@ -54,6 +53,7 @@ from inventory.models import Node, NodeEvent
 from jobs import dispatch
 from jobs.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
 from jobs.models import Replica, ReplicaState, Workload
+from jobs.selectors.logs import OUTPUT_WAIT_WINDOW, replicas_with_output_short
 from jobs.services.execution import launch_workloads
 from jobs.services.replicas import record_replica_exited
 from jobs.services.stopping import (
@@ -74,7 +74,7 @@ _LIVE_NODES = [NodeState.READY, NodeState.CORDONED, NodeState.DRAINING, NodeStat
 # An ended replica's output may be stored a little after its exit (another queue): only then is it short.
 LOG_RESEND_AFTER = timedelta(seconds=5)
 # How long after its end an ended replica's output is still read again (and its container kept for it).
-LOG_RESEND_WINDOW = timedelta(minutes=10)
+LOG_RESEND_WINDOW = OUTPUT_WAIT_WINDOW
 # One request to read a replica's output again per this many seconds, however often the gap is seen.
 LOG_RESEND_SECONDS = 15
 
@@ -90,18 +90,9 @@ def reconcile_ledger(*, now: datetime | None = None) -> dict[str, int]:
         Workload.all_tenants.filter(pk=workload.pk).update(stop_requested_at=moment)
     placed = Workload.all_tenants.filter(state=WorkloadState.SCHEDULED, scheduled_at__lt=moment - RELAUNCH_AFTER)
     relaunched = launch_workloads(workload_ids=list(placed.values_list("pk", flat=True)))
-    short = _output_short(moment).filter(finished_at__lt=moment - LOG_RESEND_AFTER)
+    short = replicas_with_output_short(moment).filter(finished_at__lt=moment - LOG_RESEND_AFTER)
     reread = request_output_resends(set(short.values_list("workload_id", "attempt", "index")))
     return {"released": settled, "stops_resent": resent, "relaunched": relaunched, "output_resent": reread}
-
-
-def _output_short(now: datetime) -> QuerySet[Replica]:
-    """Replicas that ended within LOG_RESEND_WINDOW whose stored output stops short of its shipped end."""
-    return (
-        Replica.all_tenants.filter(state=ReplicaState.EXITED, finished_at__gte=now - LOG_RESEND_WINDOW)
-        .exclude(log_end="")
-        .exclude(log_cursor=F("log_end"))
-    )
 
 
 def request_output_resends(keys: set[tuple[int, int, int]]) -> int:
@@ -215,7 +206,7 @@ def _stop_orphan(node: Node, item: dict[str, Any], replica: Replica | None) -> i
     """Stop and remove a container the ledger does not run; report it once (when it still runs)."""
     if replica is not None and replica.state not in LIVE_REPLICA_STATES and item.get("state") != "running":
         # Known and already over: only its leftovers are removed, once its output is stored (or too old).
-        if _output_short(timezone.now()).filter(pk=replica.pk).exists():
+        if replicas_with_output_short(timezone.now()).filter(pk=replica.pk).exists():
             return 0
         dispatch.send(dispatch.STOP_REPLICA, queue=node.agent_queue, kwargs=stop_message(replica, 0))
         return 0

@@ -178,3 +178,51 @@ def test_a_state_change_is_sent_once(world: World) -> None:
         await stream.disconnect()
 
     async_to_sync(scenario)()
+
+
+def _exit_overtaking_its_output(workload: Workload) -> None:
+    """The replica's exit report (its output ends at c7) is stored before its last batch (lines 5..7)."""
+    from jobs.tasks import replica_exited
+
+    assert replica_exited(workload.pk, 1, 0, 0, log_cursor="c7")
+    assert Workload.all_tenants.get(pk=workload.pk).state == "succeeded"
+
+
+def test_ended_waits_for_the_output_an_exit_report_overtook(world: World) -> None:
+    workload = _running(world, replicas=1)
+    _store(workload, 0, 4)
+    headers = session_headers(world.viewer_a)
+
+    async def scenario() -> None:
+        stream, _, _ = await open_stream(f"/ws/workloads/{workload.pk}/logs/", headers=headers)
+        assert _seqs([await receive(stream)]) == [1, 2, 3, 4]
+        assert (await receive(stream))["ended"] is False
+        await database_sync_to_async(_exit_overtaking_its_output)(workload)
+        # Succeeded, but lines are on their way: a client that stops at `ended` must not stop yet.
+        assert await receive(stream) == {"type": "state", "state": "succeeded", "ended": False}
+        await database_sync_to_async(_store)(workload, 4, 3)
+        assert _seqs([await receive(stream)]) == [5, 6, 7]
+        assert await receive(stream) == {"type": "state", "state": "succeeded", "ended": True}
+        assert await stream.receive_nothing(timeout=0.3)
+        await stream.disconnect()
+        # A stream opened once everything is stored says `ended` at once.
+        stream, _, _ = await open_stream(f"/ws/workloads/{workload.pk}/logs/?after=7", headers=headers)
+        assert (await receive(stream))["lines"] == []
+        assert await receive(stream) == {"type": "state", "state": "succeeded", "ended": True}
+        await stream.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_the_log_page_is_complete_only_once_the_overtaken_output_is_stored(world: World) -> None:
+    from tests.conftest import client_for
+
+    workload = _running(world, replicas=1)
+    _store(workload, 0, 4)
+    _exit_overtaking_its_output(workload)
+    url = f"/api/v1/tenants/tenant-a/workloads/{workload.pk}/logs/?since=4"
+    reader = client_for(world.viewer_a)
+    assert reader.get(url).json() == {"lines": [], "next_since": 4, "complete": False}
+    _store(workload, 4, 3)
+    page = reader.get(url).json()
+    assert ([line["seq"] for line in page["lines"]], page["complete"]) == ([5, 6, 7], True)

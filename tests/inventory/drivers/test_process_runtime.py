@@ -195,6 +195,16 @@ def test_a_command_that_cannot_run_exits_127(runtime: ProcessRuntime) -> None:
     assert "cannot run the command" in texts(runtime, handle)[0]
 
 
+def test_a_workload_without_a_command_fails_at_once_saying_why(runtime: ProcessRuntime) -> None:
+    # No image to take a default command from: the start ends at once (not after the start budget), with 127.
+    started = time.monotonic()
+    handle = runtime.start(new_spec([], tenant="acme"))
+    assert wait_for(lambda: exited(runtime, handle))
+    assert time.monotonic() - started < 10
+    assert runtime.poll(handle).exit_code == 127
+    assert "give the workload a command" in texts(runtime, handle)[0]
+
+
 def test_remove_kills_and_forgets(runtime: ProcessRuntime) -> None:
     handle = runtime.start(spec("sleep 30"))
     runtime.remove(handle)

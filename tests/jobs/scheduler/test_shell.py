@@ -252,3 +252,46 @@ def test_a_pool_whose_nodes_are_all_out_of_service_is_reported_cordoned(world: W
     shell.run_pass()
     waiting = Workload.all_tenants.get(pk=job.pk)
     assert (waiting.state, waiting.reason_code) == (WorkloadState.PENDING, Reason.POOL_CORDONED)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_asked_for_while_another_runs_is_not_lost(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work committed after a running pass read its snapshot is placed without waiting for the periodic pass."""
+    from django.core.cache import cache
+
+    from jobs.triggers import enqueue_scheduling_pass
+    from tests.workers import running_worker, wait_until
+
+    _quota(world, world.project_a, 8, 16)
+    _node(world, "n1", 4)
+    first = _workload(world, name="first")
+    build = shell.build_snapshot
+    read, go_on = threading.Event(), threading.Event()
+
+    def slow_build(**kwargs: Any) -> Any:
+        built = build(**kwargs)
+        read.set()
+        go_on.wait(30)  # a pass that takes its time while the lock is held
+        return built
+
+    def hold() -> None:
+        try:
+            shell.run_pass()
+        finally:
+            connections.close_all()
+
+    monkeypatch.setattr(shell, "build_snapshot", slow_build)
+    cache.delete(shell.PASS_WANTED_KEY)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert read.wait(20)
+    with running_worker(["control"]):
+        late = _workload(world, name="late")  # committed after the holder's snapshot
+        enqueue_scheduling_pass()  # as its submission asks: the worker's pass finds the lock held
+        assert wait_until(lambda: cache.get(shell.PASS_WANTED_KEY) is not None, timeout=15)
+        monkeypatch.setattr(shell, "build_snapshot", build)
+        go_on.set()
+        holder.join(30)
+        assert _state(first) == WorkloadState.SCHEDULED
+        assert wait_until(lambda: _state(late) == WorkloadState.SCHEDULED, timeout=20), "the asked-for pass ran"
