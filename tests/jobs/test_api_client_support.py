@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from inventory.models import Node
 from jobs.choices import WorkloadKind, WorkloadState
-from jobs.models import Allocation, Workload, WorkloadEvent
+from jobs.models import Allocation, Workload
 from jobs.services import images
 from tenants.context import Actor
-from tenants.models import AuditEvent
 from tests.conftest import World, client_for
 from tests.jobs.factories import add_node, assign, give_quota, ready_world, run_pass_now
+from tests.jobs.test_submission_rule_errors import _api_codes, _nothing_written
 
 pytestmark = pytest.mark.django_db
 
@@ -26,17 +24,6 @@ def _placeable(world: World) -> World:
     ready_world(world)
     Node.objects.filter(name="n1").update(cpu_cores=64, memory_mb=512_000)
     return world
-
-
-def _fields(response: Any) -> dict[str, str]:
-    assert response.status_code == 400, response.content
-    return {field: errors[0]["code"] for field, errors in response.json()["error"]["fields"].items()}
-
-
-def _nothing_written() -> None:
-    assert not Workload.all_tenants.exists()
-    assert not WorkloadEvent.all_tenants.exists()
-    assert not AuditEvent.all_tenants.filter(action="workload.submit").exists()
 
 
 def test_a_dry_run_accepts_what_a_submission_would_and_writes_nothing(world: World) -> None:
@@ -60,17 +47,17 @@ def test_a_dry_run_names_every_rule_the_database_rules_included(world: World) ->
     )
     member = client_for(world.member_a)
     bad = {**JOB, "name": "Bad_Name!", "image": "docker.io/evil:1", "gpus_per_replica": 4}
-    assert _fields(member.post(f"{BASE}validate/", bad, format="json")) == {
+    assert _api_codes(member.post(f"{BASE}validate/", bad, format="json")) == {
         "name": "invalid_name",
         "image": "image_not_allowed",
         "gpus_per_replica": "above_quota_limit",
     }
     # A valid shape whose only fault is a database rule is refused too: the dry run runs the service's checks.
-    assert _fields(member.post(f"{BASE}validate/", {**JOB, "gpus_per_replica": 3}, format="json")) == {
+    assert _api_codes(member.post(f"{BASE}validate/", {**JOB, "gpus_per_replica": 3}, format="json")) == {
         "gpus_per_replica": "above_quota_limit"
     }
     items = [JOB, {**JOB, "gpus_per_replica": "lots"}, {**JOB, "image": "docker.io/evil:1"}]
-    assert _fields(member.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": items}, format="json")) == {
+    assert _api_codes(member.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": items}, format="json")) == {
         "items[1].gpus_per_replica": "invalid",
         "items[2].image": "image_not_allowed",
     }
