@@ -64,6 +64,16 @@ def test_owner_filter_reads_each_new_workload_once() -> None:
     assert shown(model) == {6: "pending"} and model.entries[6].gpus == "2"
 
 
+def test_a_new_workload_is_read_once_so_its_owner_and_gpus_show() -> None:
+    model = WatchModel([], ListFilters())
+    fresh = Workload(id=7, name="w7", kind="job", state="pending", owner="ada", gpus_per_replica=4)
+    assert model.needs_lookup(row(7, "pending"))
+    assert model.apply(row(7, "pending"), fresh)
+    assert not model.needs_lookup(row(7, "running"))
+    assert (model.entries[7].owner, model.entries[7].gpus) == ("ada", "4")
+    assert not model.needs_lookup(row(8, "succeeded")), "an ended workload new to the table is not shown: not read"
+
+
 def test_the_table_lists_newest_first_under_its_title() -> None:
     model = WatchModel([], ListFilters())
     model.apply(row(1, "running"))

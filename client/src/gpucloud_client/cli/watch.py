@@ -65,9 +65,11 @@ class WatchModel:
         self.rejected: set[int] = set()  # new workloads whose owner or pool `ls` filters out
 
     def needs_lookup(self, row: WorkloadRow) -> bool:
-        """Return whether a new workload must be read before it can be shown (the rows carry no owner or pool)."""
-        fresh = row.id not in self.entries and row.id not in self.rejected
-        return fresh and bool(self.filters.owner or self.filters.pool)
+        """Return whether a workload new to the table must be read first: the rows carry no owner, pool or GPUs.
+
+        Once per workload: one the filters turn away, or one already shown, is not read again.
+        """
+        return row.id not in self.entries and row.id not in self.rejected and self._shows(row, known=False)
 
     def apply(self, row: WorkloadRow, workload: Workload | None = None) -> bool:
         """Apply one row (with the workload read for it, if any); return whether the table changed."""
