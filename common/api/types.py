@@ -12,9 +12,12 @@ own errors.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import relations, serializers
+from rest_framework.fields import SkipField, empty
 
 MAX_TEXT = 64 * 1024
 """Characters of a string whose field sets no max_length (a command's argument, an env value)."""
@@ -92,3 +95,22 @@ def _list_errors(value: Any, path: str, check: Any) -> dict[str, list[str]]:
     for index, item in enumerate(value):
         found.update(check(item, f"{path}[{index}]"))
     return found
+
+
+def accepted_values(serializer: Any, data: Any, *, refused: Collection[str]) -> dict[str, Any]:
+    """Return {field: validated value} for each writable field of `serializer` not in `refused` that takes its value.
+
+    For a serializer that refused some fields: a service's own rules can still
+    judge the fields it accepted, so one answer names every failing field.
+    A field left out of a partial body, or one that refuses its value, is not in the result.
+    """
+    given = data if isinstance(data, dict) else {}
+    accepted: dict[str, Any] = {}
+    for name, field in serializer.fields.items():
+        if name in refused or field.read_only:
+            continue
+        try:
+            accepted[name] = field.run_validation(given.get(name, empty))
+        except (serializers.ValidationError, DjangoValidationError, SkipField):
+            continue
+    return accepted

@@ -41,7 +41,7 @@ class NodePoolEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, Platfor
 
     @extend_schema(request=s.NodePoolCreateSerializer, responses={201: s.NodePoolSerializer})
     def create(self, request: Request) -> Response:
-        data = self.validated_input(s.NodePoolCreateSerializer)
+        data = self.validated_input(s.NodePoolCreateSerializer, rules=services.pool_errors)
         return self.respond(services.create_node_pool(actor=self.actor, **data), status.HTTP_201_CREATED)
 
     @extend_schema(request=s.NodePoolUpdateSerializer, responses=s.NodePoolSerializer)
@@ -70,7 +70,7 @@ class NodeEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformVie
 
     @extend_schema(request=s.NodeCreateSerializer, responses={201: s.NodeSerializer})
     def create(self, request: Request) -> Response:
-        data = self.validated_input(s.NodeCreateSerializer)
+        data = self.validated_input(s.NodeCreateSerializer, rules=services.registration_errors)
         node = services.register_node(actor=self.actor, **data)
         return self.respond(self._fresh(node), status.HTTP_201_CREATED)
 

@@ -11,13 +11,14 @@ from inventory.services.nodes import (
     enter_maintenance,
     mark_unreachable_nodes,
     register_node,
+    registration_errors,
     retire_node,
     settle_draining_nodes,
     transition_node,
     uncordon_node,
     update_node,
 )
-from inventory.services.pools import create_node_pool, delete_node_pool, update_node_pool
+from inventory.services.pools import create_node_pool, delete_node_pool, pool_errors, update_node_pool
 from inventory.services.provisioning import (
     complete_provisioning,
     dispatch_probe,
@@ -39,9 +40,11 @@ __all__ = [
     "fail_gpu",
     "fail_stalled_provisioning",
     "mark_unreachable_nodes",
+    "pool_errors",
     "provision_node",
     "record_heartbeats",
     "register_node",
+    "registration_errors",
     "retire_node",
     "settle_draining_nodes",
     "transition_node",

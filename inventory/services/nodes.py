@@ -7,13 +7,14 @@ entry, all in the caller's transaction.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from common.errors import Conflict, invalid
+from common.errors import Conflict, FieldErrors, add_errors, gather, invalid, raise_errors
 from inventory.choices import LIVE_STATES, REASON_REQUIRED, NodeKind, NodeState, RuntimeKind, can_transition
 from inventory.holds import holds_on_nodes
 from inventory.models import Gpu, Node, NodeEvent, NodePool
@@ -23,6 +24,8 @@ from tenants.services.access import require_operator
 from tenants.services.validation import clean_fields
 
 NODE_FIELDS = ["name", "pool", "kind", "runtime", "address", "labels", "cpu_cores", "memory_mb", "simulated_gpu_count"]
+NODE_COLUMNS = frozenset([*NODE_FIELDS, "simulated_gpu_model"])
+"""The columns a registration sets."""
 MAX_SIMULATED_GPUS = 64
 MAX_LABELS = 64
 
@@ -124,6 +127,27 @@ def _check_simulation(runtime: str, gpu_count: int, model: str) -> None:
         raise invalid("simulated_gpu_count", "simulated_only", "Only simulated nodes declare their GPUs.")
 
 
+def registration_errors(values: Mapping[str, Any]) -> FieldErrors:
+    """Return every rule the node registration `values` break, by field; an empty dict when none.
+
+    Judges only the fields given (an interface that refused some passes the
+    rest): labels, the simulation fields, each field's declared rules, a
+    taken name. One field is judged by one rule at a time.
+    """
+    errors: FieldErrors = {}
+    if "labels" in values:
+        gather(errors, lambda: _check_labels(values["labels"]))
+    if "runtime" in values:
+        count, model = values.get("simulated_gpu_count", 0), values.get("simulated_gpu_model", "")
+        gather(errors, lambda: _check_simulation(values["runtime"], count, model))
+    columns = {name: value for name, value in values.items() if name in NODE_COLUMNS}
+    unjudged = [field.name for field in Node._meta.fields if field.name not in columns or field.name in errors]
+    gather(errors, lambda: clean_fields(Node(**columns), exclude=unjudged))
+    if "name" in columns and "name" not in errors and Node.objects.filter(name=columns["name"]).exists():
+        add_errors(errors, invalid("name", "unique", f"A node named {columns['name']!r} already exists."))
+    return errors
+
+
 @transaction.atomic
 def register_node(
     *,
@@ -139,28 +163,28 @@ def register_node(
     simulated_gpu_count: int = 0,
     simulated_gpu_model: str = "",
 ) -> Node:
-    """Register a node in state `registered`; operators only. Raises ValidationError naming the field."""
+    """Register a node in state `registered`; operators only.
+
+    Raises one ValidationError naming every failing field with its rule
+    (`registration_errors`); nothing is written then.
+    """
     require_operator(actor)
-    labels = labels or {}
-    _check_labels(labels)
-    _check_simulation(runtime, simulated_gpu_count, simulated_gpu_model)
+    values: dict[str, Any] = {
+        "name": name,
+        "pool": pool,
+        "kind": kind,
+        "runtime": runtime,
+        "address": address,
+        "labels": labels or {},
+        "cpu_cores": cpu_cores,
+        "memory_mb": memory_mb,
+        "simulated_gpu_count": simulated_gpu_count,
+        "simulated_gpu_model": simulated_gpu_model,
+    }
+    raise_errors(registration_errors(values))
     if runtime == RuntimeKind.SIMULATED and not simulated_gpu_model and simulated_gpu_count:
-        simulated_gpu_model = "NVIDIA H100 80GB HBM3"
-    node = Node(
-        name=name,
-        pool=pool,
-        kind=kind,
-        runtime=runtime,
-        address=address,
-        labels=labels,
-        cpu_cores=cpu_cores,
-        memory_mb=memory_mb,
-        simulated_gpu_count=simulated_gpu_count,
-        simulated_gpu_model=simulated_gpu_model,
-    )
-    clean_fields(node)
-    if Node.objects.filter(name=name).exists():
-        raise invalid("name", "unique", f"A node named {name!r} already exists.")
+        values["simulated_gpu_model"] = "NVIDIA H100 80GB HBM3"
+    node = Node(**values)
     node.save()
     record_node_event(node, kind="node.registered", message=f"Registered in pool {pool.name}", actor=actor)
     record_audit_event(actor=actor, action="node.register", obj=node, tenant_id=None, after=snapshot(node, NODE_FIELDS))
@@ -184,8 +208,9 @@ def update_node(
     require_operator(actor)
     node = Node.objects.select_for_update().get(pk=node.pk)
     changes: dict[str, object] = {}
+    errors: FieldErrors = {}
     if labels is not None:
-        _check_labels(labels)
+        gather(errors, lambda: _check_labels(labels))
         changes["labels"] = labels
     if address is not None:
         changes["address"] = address
@@ -198,7 +223,7 @@ def update_node(
             )
         changes["pool"] = pool
     return update_audited(
-        actor=actor, action="node.update", obj=node, changes=changes, tenant_id=None, audited=NODE_FIELDS
+        actor=actor, action="node.update", obj=node, changes=changes, tenant_id=None, audited=NODE_FIELDS, errors=errors
     )
 
 

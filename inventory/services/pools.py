@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from django.db import transaction
 from django.db.models import ProtectedError
 
-from common.errors import Conflict, invalid
+from common.errors import Conflict, FieldErrors, add_errors, gather, invalid, raise_errors
 from inventory.choices import PlacementPolicy
 from inventory.models import NodePool
 from tenants.context import Actor
@@ -29,6 +32,17 @@ def _check_dedication(pool: NodePool, tenant: Tenant | None) -> None:
         )
 
 
+def pool_errors(values: Mapping[str, Any]) -> FieldErrors:
+    """Return every rule the new pool's `values` break, by field (only the fields given are judged)."""
+    errors: FieldErrors = {}
+    columns = {name: value for name, value in values.items() if name in POOL_FIELDS}
+    unjudged = [field.name for field in NodePool._meta.fields if field.name not in columns]
+    gather(errors, lambda: clean_fields(NodePool(**columns), exclude=unjudged))
+    if "name" in columns and "name" not in errors and NodePool.objects.filter(name=columns["name"]).exists():
+        add_errors(errors, invalid("name", "unique", f"A pool named {columns['name']!r} already exists."))
+    return errors
+
+
 @transaction.atomic
 def create_node_pool(
     *,
@@ -38,14 +52,19 @@ def create_node_pool(
     dedicated_tenant: Tenant | None = None,
     placement_policy: str = PlacementPolicy.BINPACK,
 ) -> NodePool:
-    """Create a node pool; operators only. Raises ValidationError on a taken or malformed name or an unknown policy."""
+    """Create a node pool; operators only.
+
+    Raises one ValidationError naming every failing field: a taken or malformed name, an unknown policy.
+    """
     require_operator(actor)
-    pool = NodePool(
-        name=name, description=description, dedicated_tenant=dedicated_tenant, placement_policy=placement_policy
-    )
-    clean_fields(pool)
-    if NodePool.objects.filter(name=name).exists():
-        raise invalid("name", "unique", f"A pool named {name!r} already exists.")
+    values = {
+        "name": name,
+        "description": description,
+        "dedicated_tenant": dedicated_tenant,
+        "placement_policy": placement_policy,
+    }
+    raise_errors(pool_errors(values))
+    pool = NodePool(**values)
     pool.save()
     tenant_id = dedicated_tenant.pk if dedicated_tenant else None
     record_audit_event(
@@ -68,7 +87,8 @@ def update_node_pool(
 ) -> NodePool:
     """Change a pool's description, dedicated tenant (None makes it shared) or placement policy; operators only.
 
-    Raises ValidationError when dedicating a pool in which other tenants hold quota.
+    Raises one ValidationError naming every failing field, among them dedicating a pool in which
+    other tenants hold quota.
     """
     require_operator(actor)
     pool = NodePool.objects.select_for_update().get(pk=pool.pk)
@@ -78,13 +98,20 @@ def update_node_pool(
     if placement_policy is not None:
         changes["placement_policy"] = placement_policy
     tenant_id = pool.dedicated_tenant_id
+    errors: FieldErrors = {}
     if dedicated_tenant is not _UNSET:
         assert dedicated_tenant is None or isinstance(dedicated_tenant, Tenant)
-        _check_dedication(pool, dedicated_tenant)
+        gather(errors, lambda: _check_dedication(pool, dedicated_tenant))
         changes["dedicated_tenant"] = dedicated_tenant
         tenant_id = dedicated_tenant.pk if dedicated_tenant is not None else None
     return update_audited(
-        actor=actor, action="node_pool.update", obj=pool, changes=changes, tenant_id=tenant_id, audited=POOL_FIELDS
+        actor=actor,
+        action="node_pool.update",
+        obj=pool,
+        changes=changes,
+        tenant_id=tenant_id,
+        audited=POOL_FIELDS,
+        errors=errors,
     )
 
 

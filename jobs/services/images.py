@@ -23,18 +23,15 @@ from dataclasses import dataclass
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from common.errors import invalid
+from common.errors import FieldErrors, add_errors, invalid, raise_errors
 from jobs import sql
 from jobs.choices import WorkloadKind
 from jobs.models import AllowedImage
 from jobs.services.spec import (
     IMAGE_RULE,
     MAX_IMAGE_LENGTH,
-    FieldErrors,
     WorkloadSpec,
-    add_errors,
     prefixed,
-    raise_errors,
 )
 from tenants.context import Actor
 from tenants.models import Tenant

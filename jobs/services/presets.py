@@ -18,12 +18,12 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from common.errors import invalid
+from common.errors import FieldErrors, gather, invalid, raise_errors
 from inventory.models import NodePool
 from jobs.choices import WorkloadKind
 from jobs.models import LaunchPreset
 from jobs.services import images
-from jobs.services.spec import FILLED_BY_PRESET, FieldErrors, gather, raise_errors, rule_errors
+from jobs.services.spec import FILLED_BY_PRESET, rule_errors
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Tenant, TenantQuota

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from common.errors import invalid
+from common.errors import FieldErrors, add_errors, gather, invalid, raise_errors
 from inventory.drivers.policy import SpecRefused, check_container_request
 from inventory.models import NodePool
 from jobs.choices import PriorityClass, WorkloadKind
@@ -153,37 +153,12 @@ def fingerprint(project_id: int, specs: Sequence[WorkloadSpec]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-FieldErrors = dict[str, list[ValidationError]]
-"""Errors by field path (`name`, `env.HOME`, `items[2].image`), each a ValidationError with its rule code."""
-
-
-def add_errors(errors: FieldErrors, error: ValidationError) -> None:
-    """Add the field errors of `error` to `errors` (an error without a field goes under `non_field_errors`)."""
-    found = error.error_dict if hasattr(error, "error_dict") else {"non_field_errors": error.error_list}
-    for name, messages in found.items():
-        errors.setdefault(name, []).extend(messages)
-
-
-def gather(errors: FieldErrors, check: Callable[[], object]) -> None:
-    """Run `check`; when it raises ValidationError, add its field errors to `errors` instead of stopping."""
-    try:
-        check()
-    except ValidationError as error:
-        add_errors(errors, error)
-
-
 def field_of(path: str) -> str:
     """Return the field an error path is about: `env.HOME` -> `env`, `command[2]` -> `command`."""
     return _FIELD_PART.split(path, maxsplit=1)[0]
 
 
 _FIELD_PART = re.compile(r"[.\[]")
-
-
-def raise_errors(errors: FieldErrors) -> None:
-    """Raise one ValidationError naming every field in `errors`; return None when there are none."""
-    if errors:
-        raise ValidationError(errors)
 
 
 def parse(data: Mapping[str, Any], *, refused: Collection[str] = ()) -> tuple[dict[str, Any], FieldErrors]:

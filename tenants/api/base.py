@@ -14,16 +14,20 @@ tokens, the platform audit log) have no tenant in the URL.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import Token
 from typing import Any, ClassVar, cast
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Model, QuerySet
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import as_serializer_error
 from rest_framework.viewsets import GenericViewSet
 
-from common.api.types import type_errors
+from common.api.types import accepted_values, type_errors
+from common.errors import FieldErrors
 from tenants.authentication import token_membership_role
 from tenants.choices import Role
 from tenants.context import Actor
@@ -123,21 +127,32 @@ class BaseViewSet(GenericViewSet):
         return context
 
     def validated_input(
-        self, serializer_class: type[serializers.Serializer], *, partial: bool = False
+        self,
+        serializer_class: type[serializers.Serializer],
+        *,
+        partial: bool = False,
+        rules: Callable[[dict[str, Any]], FieldErrors] | None = None,
     ) -> dict[str, Any]:
         """Validate the request body with `serializer_class` and return its data.
 
         Raises ValidationError naming every failing field at once: values of
-        the wrong JSON type (`common.api.types`, which DRF would coerce)
-        and whatever the serializer refuses.
+        the wrong JSON type (`common.api.types`, which DRF would coerce),
+        whatever the serializer refuses and, where it refuses some, what
+        `rules` (the service's own checks, judging only the values given to
+        it) find in the fields it accepted. A body the serializer accepts is
+        returned as it is: the service runs the same rules when called.
         """
         data = self.request.data
         serializer = serializer_class(data=data, partial=partial, context=self.get_serializer_context())
         valid = serializer.is_valid()
         wrong_types = type_errors(serializer, data)
         if wrong_types or not valid:
-            errors = dict(serializer.errors) if not valid else {}
-            raise serializers.ValidationError({**errors, **wrong_types})
+            errors: dict[str, Any] = {**(dict(serializer.errors) if not valid else {}), **wrong_types}
+            if rules is not None:
+                found = rules(accepted_values(serializer, data, refused=errors))
+                for name, detail in as_serializer_error(DjangoValidationError(found)).items() if found else ():
+                    errors.setdefault(name, detail)
+            raise serializers.ValidationError(errors)
         return dict(serializer.validated_data)
 
     def respond(self, obj: Model, status: int = 200) -> Response:

@@ -128,7 +128,7 @@ class TenantQuotaEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
 
     @extend_schema(request=s.TenantQuotaCreateSerializer, responses={201: s.TenantQuotaSavedSerializer})
     def create(self, request: Request, tenant: str) -> Response:
-        data = self.validated_input(s.TenantQuotaCreateSerializer)
+        data = self.validated_input(s.TenantQuotaCreateSerializer, rules=services.quota_errors)
         pool = data.pop("pool")
         quota = services.create_tenant_quota(
             actor=self.actor, tenant=self.tenant, pool=pool, values=services.QuotaValues().merged(data)
@@ -137,7 +137,7 @@ class TenantQuotaEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
 
     @extend_schema(request=s.QuotaNumbersSerializer, responses=s.TenantQuotaSavedSerializer)
     def partial_update(self, request: Request, tenant: str, pk: str) -> Response:
-        data = self.validated_input(s.QuotaNumbersSerializer, partial=True)
+        data = self.validated_input(s.QuotaNumbersSerializer, partial=True, rules=services.quota_errors)
         return _saved(self, services.update_tenant_quota(actor=self.actor, quota=self.get_object(), changes=data))
 
     def destroy(self, request: Request, tenant: str, pk: str) -> Response:
@@ -157,7 +157,7 @@ class ProjectQuotaEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
 
     @extend_schema(request=s.ProjectQuotaCreateSerializer, responses={201: s.ProjectQuotaSavedSerializer})
     def create(self, request: Request, tenant: str) -> Response:
-        data = self.validated_input(s.ProjectQuotaCreateSerializer)
+        data = self.validated_input(s.ProjectQuotaCreateSerializer, rules=services.quota_errors)
         project, pool = data.pop("project"), data.pop("pool")
         quota = services.create_project_quota(
             actor=self.actor, project=project, pool=pool, values=services.QuotaValues().merged(data)
@@ -166,7 +166,7 @@ class ProjectQuotaEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
 
     @extend_schema(request=s.QuotaNumbersSerializer, responses=s.ProjectQuotaSavedSerializer)
     def partial_update(self, request: Request, tenant: str, pk: str) -> Response:
-        data = self.validated_input(s.QuotaNumbersSerializer, partial=True)
+        data = self.validated_input(s.QuotaNumbersSerializer, partial=True, rules=services.quota_errors)
         return _saved(self, services.update_project_quota(actor=self.actor, quota=self.get_object(), changes=data))
 
     def destroy(self, request: Request, tenant: str, pk: str) -> Response:

@@ -20,6 +20,7 @@ from tenants.services.quotas import (
     create_tenant_quota,
     delete_project_quota,
     delete_tenant_quota,
+    quota_errors,
     update_project_quota,
     update_tenant_quota,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "login_locked_for",
     "projects_named",
     "purge_expired_sessions",
+    "quota_errors",
     "record_audit_event",
     "remove_member",
     "revoke_token",

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from django.db import models
 
 from common import bulk
+from common.errors import FieldErrors, gather, raise_errors
 from tenants.context import Actor, RequestInfo, current_request_info
 from tenants.models import AuditEvent
 from tenants.services.validation import clean_fields
@@ -69,6 +70,7 @@ def update_audited(
     changes: Mapping[str, Any],
     tenant_id: int | None,
     audited: Sequence[str] | Callable[[M], JsonDict],
+    errors: FieldErrors | None = None,
 ) -> M:
     """Apply `changes` (field name: new value) to `obj`, save them, write one audit event; return `obj`.
 
@@ -78,7 +80,8 @@ def update_audited(
 
     - Validated: the changed fields against their declared rules
       (`clean_fields`: no uniqueness, no constraints); one ValidationError
-      names every failing field, and nothing has been written by then.
+      names every failing field, with the `errors` of the caller's own rules
+      beside them, and nothing has been written by then.
     - Saved: `obj.save(update_fields=...)` with the changed fields and the
       `auto_now` ones, then `set()` on each many-to-many field in `changes`.
     - Audited: `action` on `obj` for `tenant_id`, with `before` and `after`
@@ -90,7 +93,11 @@ def update_audited(
     columns = [name for name in changes if name not in related]
     for name in columns:
         setattr(obj, name, changes[name])
-    clean_fields(obj, exclude=[field.name for field in obj._meta.fields if field.name not in columns])
+    found: FieldErrors = dict(errors or {})
+    # A field the caller's rules already refused is not judged twice.
+    unchecked = [f.name for f in obj._meta.fields if f.name not in columns or f.name in found]
+    gather(found, lambda: clean_fields(obj, exclude=unchecked))
+    raise_errors(found)
     stamped = [field.name for field in obj._meta.concrete_fields if getattr(field, "auto_now", False)]
     obj.save(update_fields=[*columns, *stamped])
     for name in changes:

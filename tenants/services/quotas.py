@@ -12,18 +12,21 @@ Guarantees may oversubscribe what backs them (the tenants' a pool's GPUs,
 the projects' their tenant's guarantee): that is the holder's choice to
 make, not a rule, and `tenants.selectors.oversubscribed_guarantees` says where
 and by how much. Every check runs before anything is written, under a lock
-on the tenant's quota row so that concurrent edits see each other.
+on the tenant's quota row so that concurrent edits see each other, and one
+ValidationError names every field that breaks a rule (a field already out of
+range is not judged again against the other quotas).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from common.errors import invalid
+from common.errors import FieldErrors, add_errors, gather, invalid, raise_errors
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import (
@@ -77,8 +80,8 @@ _RANGES: dict[str, tuple[int, int]] = {
 }
 
 
-def _check_ranges(values: QuotaValues) -> None:
-    errors: dict[str, list[ValidationError]] = {}
+def _range_errors(values: QuotaValues) -> FieldErrors:
+    errors: FieldErrors = {}
     for name, (low, high) in _RANGES.items():
         value = getattr(values, name)
         if value is None:
@@ -87,14 +90,27 @@ def _check_ranges(values: QuotaValues) -> None:
             errors[name] = [ValidationError("Must be a whole number.", code="invalid")]
         elif not low <= value <= high:
             errors[name] = [ValidationError(f"Must be between {low} and {high}.", code="out_of_range")]
-    if errors:
-        raise ValidationError(errors)
-    if values.limit < values.guaranteed:
-        raise invalid(
-            "limit",
-            "limit_below_guaranteed",
-            f"The limit ({values.limit}) must be at least the guarantee ({values.guaranteed}).",
+    if "limit" not in errors and "guaranteed" not in errors and values.limit < values.guaranteed:
+        add_errors(
+            errors,
+            invalid(
+                "limit",
+                "limit_below_guaranteed",
+                f"The limit ({values.limit}) must be at least the guarantee ({values.guaranteed}).",
+            ),
         )
+    return errors
+
+
+def quota_errors(values: Mapping[str, Any]) -> FieldErrors:
+    """Return the rules the quota numbers given in `values` break on their own, by field.
+
+    For an interface that refused other fields (a pool that is not there):
+    the rules against other quotas need the pool, and the services add them.
+    """
+    given = {name: value for name, value in values.items() if name in _RANGES}
+    errors = _range_errors(QuotaValues().merged(given))
+    return {name: found for name, found in errors.items() if name in given}
 
 
 def _check_pool_open_to(tenant: Tenant, pool: Any) -> None:
@@ -106,31 +122,44 @@ def _project_quotas(tenant: Tenant, pool_id: int) -> list[ProjectQuota]:
     return list(ProjectQuota.all_tenants.filter(tenant=tenant, pool_id=pool_id))
 
 
-def _check_tenant_covers_projects(tenant: Tenant, pool_id: int, values: QuotaValues) -> None:
+def _tenant_covers_projects(tenant: Tenant, pool_id: int, values: QuotaValues, errors: FieldErrors) -> None:
+    """Add to `errors` each number of `values` that falls below a project quota's in the same pool."""
     projects = _project_quotas(tenant, pool_id)
     highest = max((q.limit for q in projects if q.has_limit), default=0)
-    if values.limit < highest:
-        raise invalid(
-            "limit", "below_project_limit", f"A project in this pool has a limit of {highest}; lower it first."
+    if "limit" not in errors and values.limit < highest:
+        add_errors(
+            errors,
+            invalid(
+                "limit", "below_project_limit", f"A project in this pool has a limit of {highest}; lower it first."
+            ),
         )
     for name in COUNT_FIELDS:
         cap = getattr(values, name)
-        if cap is not None and any(getattr(q, name) is not None and getattr(q, name) > cap for q in projects):
-            raise invalid(name, "below_project_limit", f"A project in this pool has a higher {name}; lower it first.")
+        if name in errors or cap is None:
+            continue
+        if any(getattr(q, name) is not None and getattr(q, name) > cap for q in projects):
+            add_errors(
+                errors,
+                invalid(name, "below_project_limit", f"A project in this pool has a higher {name}; lower it first."),
+            )
 
 
-def _check_project_within_tenant(tenant_quota: TenantQuota, values: QuotaValues) -> None:
-    if values.limit != NO_LIMIT and values.limit > tenant_quota.limit:
-        raise invalid(
-            "limit",
-            "above_tenant_limit",
-            f"The limit ({values.limit}) exceeds the tenant's limit of {tenant_quota.limit} GPUs; "
-            "leave it empty for no limit of the project's own.",
+def _project_within_tenant(tenant_quota: TenantQuota, values: QuotaValues, errors: FieldErrors) -> None:
+    """Add to `errors` each number of `values` above its tenant quota's (fields already in error are skipped)."""
+    if "limit" not in errors and values.limit != NO_LIMIT and values.limit > tenant_quota.limit:
+        add_errors(
+            errors,
+            invalid(
+                "limit",
+                "above_tenant_limit",
+                f"The limit ({values.limit}) exceeds the tenant's limit of {tenant_quota.limit} GPUs; "
+                "leave it empty for no limit of the project's own.",
+            ),
         )
     for name in COUNT_FIELDS:
         cap, value = getattr(tenant_quota, name), getattr(values, name)
-        if cap is not None and value is not None and value > cap:
-            raise invalid(name, "above_tenant_limit", f"{name} ({value}) exceeds the tenant's {cap}.")
+        if name not in errors and cap is not None and value is not None and value > cap:
+            add_errors(errors, invalid(name, "above_tenant_limit", f"{name} ({value}) exceeds the tenant's {cap}."))
 
 
 def _locked_tenant_quota(tenant: Tenant, pool_id: int) -> TenantQuota | None:
@@ -154,10 +183,13 @@ def _quota_snapshot(quota: TenantQuota | ProjectQuota) -> JsonDict:
 def create_tenant_quota(*, actor: Actor, tenant: Tenant, pool: Any, values: QuotaValues) -> TenantQuota:
     """Give `tenant` a quota in `pool`; operators only. Raises ValidationError naming the broken rule."""
     require_operator(actor)
-    _check_ranges(values)
-    _check_pool_open_to(tenant, pool)
-    if _locked_tenant_quota(tenant, pool.pk) is not None:
-        raise invalid("pool", "unique", f"The tenant already has a quota in pool {pool.name}; change that one.")
+    errors = _range_errors(values)
+    gather(errors, lambda: _check_pool_open_to(tenant, pool))
+    if "pool" not in errors and _locked_tenant_quota(tenant, pool.pk) is not None:
+        add_errors(
+            errors, invalid("pool", "unique", f"The tenant already has a quota in pool {pool.name}; change that one.")
+        )
+    raise_errors(errors)
     quota = TenantQuota.all_tenants.create(tenant=tenant, pool=pool, **asdict(values))
     record_audit_event(
         actor=actor, action="tenant_quota.create", obj=quota, tenant_id=tenant.pk, after=_quota_snapshot(quota)
@@ -173,8 +205,9 @@ def update_tenant_quota(*, actor: Actor, quota: TenantQuota, changes: dict[str, 
     if locked is None:
         raise TenantQuota.DoesNotExist()
     values = QuotaValues.of(locked).merged(changes)
-    _check_ranges(values)
-    _check_tenant_covers_projects(locked.tenant, locked.pool_id, values)
+    errors = _range_errors(values)
+    _tenant_covers_projects(locked.tenant, locked.pool_id, values, errors)
+    raise_errors(errors)
     return update_audited(
         actor=actor,
         action="tenant_quota.update",
@@ -199,15 +232,17 @@ def delete_tenant_quota(*, actor: Actor, quota: TenantQuota) -> None:
 def create_project_quota(*, actor: Actor, project: Project, pool: Any, values: QuotaValues) -> ProjectQuota:
     """Give `project` a share of its tenant's quota in `pool`; tenant admins and operators."""
     require_role(actor, project.tenant, Role.ADMIN)
-    _check_ranges(values)
+    errors = _range_errors(values)
     tenant_quota = _locked_tenant_quota(project.tenant, pool.pk)
     if tenant_quota is None:
-        raise invalid(
-            "pool", "no_tenant_quota", f"The tenant has no quota in pool {pool.name}; ask an operator for one."
-        )
-    if ProjectQuota.all_tenants.filter(project=project, pool=pool).exists():
-        raise invalid("pool", "unique", f"The project already has a quota in pool {pool.name}; change that one.")
-    _check_project_within_tenant(tenant_quota, values)
+        message = f"The tenant has no quota in pool {pool.name}; ask an operator for one."
+        add_errors(errors, invalid("pool", "no_tenant_quota", message))
+    elif ProjectQuota.all_tenants.filter(project=project, pool=pool).exists():
+        message = f"The project already has a quota in pool {pool.name}; change that one."
+        add_errors(errors, invalid("pool", "unique", message))
+    if tenant_quota is not None:
+        _project_within_tenant(tenant_quota, values, errors)
+    raise_errors(errors)
     quota = ProjectQuota.all_tenants.create(tenant_id=project.tenant_id, project=project, pool=pool, **asdict(values))
     record_audit_event(
         actor=actor, action="project_quota.create", obj=quota, tenant_id=project.tenant_id, after=_quota_snapshot(quota)
@@ -222,10 +257,12 @@ def update_project_quota(*, actor: Actor, quota: ProjectQuota, changes: dict[str
     tenant_quota = _locked_tenant_quota(quota.project.tenant, quota.pool_id)
     locked = ProjectQuota.all_tenants.select_for_update().select_related("project").get(pk=quota.pk)
     values = QuotaValues.of(locked).merged(changes)
-    _check_ranges(values)
+    errors = _range_errors(values)
     if tenant_quota is None:
-        raise invalid("pool", "no_tenant_quota", "The tenant no longer has a quota in this pool.")
-    _check_project_within_tenant(tenant_quota, values)
+        add_errors(errors, invalid("pool", "no_tenant_quota", "The tenant no longer has a quota in this pool."))
+    else:
+        _project_within_tenant(tenant_quota, values, errors)
+    raise_errors(errors)
     return update_audited(
         actor=actor,
         action="project_quota.update",

@@ -8,7 +8,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import ProtectedError
 
-from common.errors import Conflict, invalid
+from common.errors import Conflict, FieldErrors, add_errors, gather, invalid, raise_errors
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Project, Tenant
@@ -42,12 +42,17 @@ def _limits(**values: Limit) -> dict[str, int | None]:
 
 @transaction.atomic
 def create_tenant(*, actor: Actor, slug: str, name: str, description: str = "") -> Tenant:
-    """Create a tenant and return it; operators only. Raises ValidationError on a taken or malformed slug."""
+    """Create a tenant and return it; operators only.
+
+    Raises one ValidationError naming every failing field (a malformed or taken slug, a bad name).
+    """
     require_operator(actor)
     tenant = Tenant(slug=slug, name=name, description=description)
-    clean_fields(tenant)
-    if Tenant.objects.filter(slug=slug).exists():
-        raise invalid("slug", "unique", f"A tenant with slug {slug!r} already exists.")
+    errors: FieldErrors = {}
+    gather(errors, lambda: clean_fields(tenant))
+    if "slug" not in errors and Tenant.objects.filter(slug=slug).exists():
+        add_errors(errors, invalid("slug", "unique", f"A tenant with slug {slug!r} already exists."))
+    raise_errors(errors)
     tenant.save()
     record_audit_event(
         actor=actor, action="tenant.create", obj=tenant, tenant_id=tenant.pk, after=snapshot(tenant, TENANT_FIELDS)
@@ -102,12 +107,17 @@ def delete_tenant(*, actor: Actor, tenant: Tenant) -> None:
 
 @transaction.atomic
 def create_project(*, actor: Actor, tenant: Tenant, slug: str, name: str, description: str = "") -> Project:
-    """Create a project in `tenant`; tenant admins and operators. Raises ValidationError on a taken slug."""
+    """Create a project in `tenant`; tenant admins and operators.
+
+    Raises one ValidationError naming every failing field (a malformed or taken slug, a bad name).
+    """
     require_role(actor, tenant, Role.ADMIN)
     project = Project(tenant=tenant, slug=slug, name=name, description=description)
-    clean_fields(project, exclude=["tenant"])
-    if Project.all_tenants.filter(tenant=tenant, slug=slug).exists():
-        raise invalid("slug", "unique", f"Project {slug!r} already exists in this tenant.")
+    errors: FieldErrors = {}
+    gather(errors, lambda: clean_fields(project, exclude=["tenant"]))
+    if "slug" not in errors and Project.all_tenants.filter(tenant=tenant, slug=slug).exists():
+        add_errors(errors, invalid("slug", "unique", f"Project {slug!r} already exists in this tenant."))
+    raise_errors(errors)
     project.save()
     record_audit_event(
         actor=actor, action="project.create", obj=project, tenant_id=tenant.pk, after=snapshot(project, PROJECT_FIELDS)

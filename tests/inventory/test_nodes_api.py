@@ -97,3 +97,25 @@ def test_tenants_see_capacity_of_their_pools_never_nodes(world: World) -> None:
     for url in ("/api/v1/nodes/", "/api/v1/nodes/n1/", "/api/v1/gpus/", "/api/v1/nodes/n1/gpus/"):
         assert member.get(url).status_code == 403, url
     assert client_for(world.admin_b).get("/api/v1/node-pools/secret/").json()["capacity"][0]["total"] == 8
+
+
+def test_every_failing_field_of_a_registration_is_named_at_once(world: World) -> None:
+    make_node(Actor(user=world.operator), world.pool)
+    operator = client_for(world.operator)
+    service_rules = {"name": "n1", "pool": "shared", "simulated_gpu_count": 4, "labels": {"k" * 64: "v"}}
+    response = operator.post("/api/v1/nodes/", service_rules, format="json")
+    assert response.status_code == 400, response.content
+    codes = {field: errors[0]["code"] for field, errors in response.json()["error"]["fields"].items()}
+    assert codes == {"name": "unique", "simulated_gpu_count": "simulated_only", "labels": "invalid"}
+    # The serializer's refusals and the service's rules of the fields it accepted, in one answer.
+    mixed = {"name": "Bad_Name", "pool": "nope", "cpu_cores": -1, "simulated_gpu_count": 2}
+    response = operator.post("/api/v1/nodes/", mixed, format="json")
+    codes = {field: errors[0]["code"] for field, errors in response.json()["error"]["fields"].items()}
+    assert codes == {
+        "name": "invalid_node_name",
+        "pool": "does_not_exist",
+        "cpu_cores": "min_value",
+        "simulated_gpu_count": "simulated_only",
+    }
+    assert Node.objects.count() == 1
+    assert AuditEvent.all_tenants.filter(action="node.register").count() == 1

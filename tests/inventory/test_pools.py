@@ -70,3 +70,14 @@ def test_placement_policy_defaults_to_binpacking_and_only_known_policies_are_acc
     assert refused.status_code == 400
     assert refused.json()["error"]["fields"]["placement_policy"][0]["code"] == "invalid_choice"
     assert NodePool.objects.get(name="batch").placement_policy == "spread"
+
+
+def test_every_failing_field_of_a_new_pool_is_named_at_once(world: World) -> None:
+    operator = client_for(world.operator)
+    response = operator.post(
+        POOLS, {"name": "shared", "placement_policy": "random", "dedicated_tenant": "nobody"}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    codes = {field: errors[0]["code"] for field, errors in response.json()["error"]["fields"].items()}
+    assert codes == {"name": "unique", "placement_policy": "invalid_choice", "dedicated_tenant": "does_not_exist"}
+    assert NodePool.objects.count() == 1

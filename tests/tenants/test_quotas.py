@@ -225,3 +225,46 @@ def test_concurrent_limit_changes_cannot_together_put_a_project_above_its_tenant
     assert sorted(outcomes) == ["ValidationError", "saved"]
     tenant_limit = TenantQuota.all_tenants.get(pk=world.quota_a.pk).limit
     assert ProjectQuota.all_tenants.get(pk=quota.pk).limit <= tenant_limit
+
+
+def _rules(response: Any) -> dict[str, str]:
+    assert response.status_code == 400, response.content
+    return {field: errors[0]["code"] for field, errors in response.json()["error"]["fields"].items()}
+
+
+def test_every_broken_rule_of_a_project_quota_is_named_at_once(world: World) -> None:
+    TenantQuota.all_tenants.filter(pk=world.quota_a.pk).update(max_pending_workloads=10)
+    before = _counts()
+    response = _post_project_quota(world, guaranteed=-1, limit=17, weight=5_000, max_pending_workloads=11)
+    assert _rules(response) == {
+        "guaranteed": "out_of_range",
+        "limit": "above_tenant_limit",
+        "weight": "out_of_range",
+        "max_pending_workloads": "above_tenant_limit",
+    }
+    # A pool the serializer cannot find still leaves the numbers judged by the service's own rules.
+    unknown_pool = _post_project_quota(world, pool="nowhere", guaranteed=-1, max_runtime_seconds=5)
+    assert _rules(unknown_pool) == {
+        "pool": "does_not_exist",
+        "guaranteed": "out_of_range",
+        "max_runtime_seconds": "out_of_range",
+    }
+    _unchanged(before)
+
+
+def test_every_broken_rule_of_a_tenant_quota_change_is_named_at_once(world: World) -> None:
+    assert _post_project_quota(world, guaranteed=2, limit=12, max_notebooks_per_user=3).status_code == 201
+    url = f"{TENANT_QUOTAS}{world.quota_a.pk}/"
+    before = _counts()
+    response = client_for(world.operator).patch(
+        url, {"limit": 11, "weight": -1, "max_notebooks_per_user": 2}, format="json"
+    )
+    assert _rules(response) == {
+        "limit": "below_project_limit",
+        "weight": "out_of_range",
+        "max_notebooks_per_user": "below_project_limit",
+    }
+    wrong_type = client_for(world.operator).patch(url, {"limit": "lots", "guaranteed": -3}, format="json")
+    assert _rules(wrong_type) == {"limit": "invalid", "guaranteed": "out_of_range"}
+    _unchanged(before)
+    assert TenantQuota.all_tenants.get(pk=world.quota_a.pk).limit == 16

@@ -50,8 +50,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, transaction
 
+from common.errors import FieldErrors
 from jobs.models import Workload
-from jobs.services.spec import FieldErrors, prefixed
+from jobs.services.spec import prefixed
 from jobs.services.submission.checks import (
     MAX_BULK_ITEMS,
     MAX_IDEMPOTENCY_KEY_LENGTH,

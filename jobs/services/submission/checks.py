@@ -19,10 +19,10 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from common.errors import invalid
+from common.errors import FieldErrors, invalid
 from jobs.services import images
 from jobs.services import quota_rules as rules
-from jobs.services.spec import FieldErrors, WorkloadSpec, field_of, prefixed
+from jobs.services.spec import WorkloadSpec, field_of, prefixed
 from jobs.services.submission.drafts import Draft, draft
 from jobs.services.submission.pending import Pending, check_each
 from tenants.choices import Role

@@ -21,9 +21,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from common.errors import FieldErrors
 from inventory.models import NodePool
 from jobs.choices import WorkloadKind
-from jobs.services.spec import FieldErrors, WorkloadSpec, field_of, parse
+from jobs.services.spec import WorkloadSpec, field_of, parse
 
 # The stand-in of each field a database rule reads; the other fields take their defaults, which no such rule reads.
 _LENIENT: dict[str, Any] = {

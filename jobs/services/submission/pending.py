@@ -10,10 +10,10 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 
-from common.errors import Conflict
+from common.errors import Conflict, FieldErrors
 from jobs.models import Workload
 from jobs.services import quota_rules as rules
-from jobs.services.spec import FieldErrors, WorkloadSpec
+from jobs.services.spec import WorkloadSpec
 from jobs.services.submission.drafts import Draft
 from tenants.choices import Role
 from tenants.context import Actor, RequestInfo
