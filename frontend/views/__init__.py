@@ -33,6 +33,7 @@ from frontend.selectors import (
     tokens_in_scope_of_user,
 )
 from inventory import selectors as pool_selectors
+from jobs import selectors as job_selectors
 from tenants import selectors, services
 from tenants.choices import Role
 from tenants.models import ApiToken, Tenant
@@ -84,6 +85,8 @@ def overview(request: HttpRequest, page: Page) -> HttpResponse:
         "members": selectors.memberships_in_scope().count(),
         "quotas": selectors.tenant_quotas_in_scope(),
         "capacity": capacity_for_tenant(pool_selectors.pools_visible_to(page.actor), page.tenant),
+        # The idle warning and Resume reach their owner where they land, not only on the notebook's page.
+        "awaiting": list(job_selectors.notebooks_awaiting_owner(page.actor.user)[:50]) if page.can_write else [],
     }
     return render(request, "frontend/overview.html", context)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.contrib.auth.models import User
 from django.db.models import Count, F, Prefetch, Q, QuerySet
 
+from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Allocation, AllowedImage, LaunchPreset, Workload, WorkloadEvent
 from tenants.models import Project
 
@@ -32,6 +33,20 @@ def workloads_for_tenant(
     if kind is not None:
         workloads = workloads.filter(kind=kind)
     return workloads
+
+
+def notebooks_awaiting_owner(owner: User) -> QuerySet[Workload]:
+    """Return `owner`'s notebooks in the active tenant that ask something of them, newest first.
+
+    Those warned as idle (running, warned, not extended: keep or hibernate
+    them now) and the hibernated ones (resume them).
+    """
+    warned = Q(state=WorkloadState.RUNNING, idle_warned_at__isnull=False, idle_extended_at__isnull=True)
+    return (
+        Workload.objects.select_related("project", "pool")
+        .filter(warned | Q(state=WorkloadState.HIBERNATED), owner=owner, kind=WorkloadKind.NOTEBOOK)
+        .order_by(F("idle_warned_at").desc(nulls_last=True), "-pk")
+    )
 
 
 def workloads_with_details() -> QuerySet[Workload]:

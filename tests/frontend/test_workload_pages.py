@@ -423,6 +423,55 @@ def test_an_idle_notebook_offers_extend_to_its_owner(team: World) -> None:
     assert _actions(logged_in("member_a"), notebook) == {"stop"}
 
 
+def _idle_warning(client: Client, workload: Workload) -> str:
+    page = client.get(detail(workload)).content.decode()
+    return page.split('id="idle-warning"')[1].split("</div>")[0] if 'id="idle-warning"' in page else ""
+
+
+def test_the_idle_warning_offers_keep_it_running_and_hibernate_now_and_hibernate_frees_the_notebook(
+    team: World,
+) -> None:
+    notebook = _set(
+        _submit(team, kind=WorkloadKind.NOTEBOOK),
+        state=WorkloadState.RUNNING,
+        idle_warned_at=timezone.now() - timedelta(minutes=5),
+    )
+    warning = _idle_warning(logged_in("member_a"), notebook)
+    assert 'id="idle-extend"' in warning and "Keep it running" in warning
+    assert 'id="idle-hibernate"' in warning and "Hibernate now" in warning
+    viewer_warning = _idle_warning(logged_in("viewer_a"), notebook)
+    assert viewer_warning and "<form" not in viewer_warning, "a viewer reads the warning but acts on nothing"
+    assert logged_in("member_a").post(detail(notebook), {"action": "hibernate"}).status_code == 302
+    hibernated = Workload.all_tenants.get(pk=notebook.pk)
+    assert (hibernated.state, hibernated.reason_code) == (WorkloadState.HIBERNATED, ReasonCode.HIBERNATED_BY_USER)
+    assert not _idle_warning(logged_in("member_a"), notebook)
+
+
+def test_the_tenants_start_page_brings_the_idle_warning_and_resume_to_the_notebooks_owner(team: World) -> None:
+    warned = _set(
+        _submit(team, name="warned", kind=WorkloadKind.NOTEBOOK),
+        state=WorkloadState.RUNNING,
+        idle_warned_at=timezone.now() - timedelta(minutes=5),
+    )
+    asleep = _set(_submit(team, name="asleep", kind=WorkloadKind.NOTEBOOK), state=WorkloadState.HIBERNATED)
+    _set(asleep, lab_path="experiments/run.ipynb")
+    _set(_submit(team, name="busy", kind=WorkloadKind.NOTEBOOK), state=WorkloadState.RUNNING)
+    _set(_submit(team, user=team.admin_a, name="admins", kind=WorkloadKind.NOTEBOOK), state=WorkloadState.HIBERNATED)
+    page = logged_in("member_a").get("/t/tenant-a/").content.decode()
+    section = page.split('id="notebooks-awaiting"')[1].split("</section>")[0]
+    rows = {row.split('"')[0]: row for row in section.split('data-workload="')[1:]}
+    assert set(rows) == {str(warned.pk), str(asleep.pk)}, "only the viewer's own notebooks that ask something"
+    assert 'value="extend"' in rows[str(warned.pk)] and 'value="hibernate"' in rows[str(warned.pk)]
+    assert 'value="resume"' in rows[str(asleep.pk)] and "experiments/run.ipynb" in rows[str(asleep.pk)]
+    assert f'action="{detail(asleep)}"' in rows[str(asleep.pk)]
+    # Resume from the start page queues the same notebook again and lands on its page.
+    response = logged_in("member_a").post(detail(asleep), {"action": "resume"})
+    assert response.status_code == 302 and response.url == detail(asleep)
+    assert Workload.all_tenants.get(pk=asleep.pk).state == WorkloadState.PENDING
+    assert 'id="notebooks-awaiting"' not in logged_in("viewer_a").get("/t/tenant-a/").content.decode()
+    assert 'id="notebooks-awaiting"' not in logged_in("admin_b").get("/t/tenant-b/").content.decode()
+
+
 # Query counts
 
 
