@@ -91,4 +91,5 @@ def _mount(entry: dict[str, Any]) -> Mount:
         uid=number("uid"),
         gid=number("gid"),
         mode=number("mode"),
+        subdirs=tuple(str(rel) for rel in entry.get("subdirs") or ()),
     )

@@ -93,7 +93,10 @@ class Mount:
     runtimes (docker), not by the process runtime. `uid`, `gid` and `mode`
     are what a volume directory made now gets (None: the workload's
     `run_as`, and the storage driver's default mode); one that exists keeps
-    its own.
+    its own. `subdirs` are paths below the volume directory that the
+    workload expects (its checkpoint directory): each missing component is
+    made like the volume directory, with its owner and mode, so that every
+    member of a shared volume may write there, whoever's workload came first.
     """
 
     source: str
@@ -104,6 +107,7 @@ class Mount:
     uid: int | None = None
     gid: int | None = None
     mode: int | None = None
+    subdirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,10 @@ class _Volumes:
         owner = stated if stated is not None else (run_as.uid, run_as.gid) if run_as is not None else None
         self.check_root(mount.root, mount.marker)
         chosen = mount.mode if mount.mode is not None else mode
-        return _make_volume(mount.root, mount.source, owner, chosen, repair=stated is not None and os.geteuid() == 0)
+        volume = _make_volume(mount.root, mount.source, owner, chosen, repair=stated is not None and os.geteuid() == 0)
+        for subdir in mount.subdirs:
+            _make_subdir(volume, subdir, owner, chosen)
+        return volume
 
     def usage(self, path: str) -> int:
         """See `Storage.usage`."""
@@ -251,6 +254,21 @@ def _make_volume(root: str, source: str, owner: tuple[int, int] | None, mode: in
     if os.path.realpath(source) != volume:  # swapped for a symlink since the walk
         raise PathRefused(f"volume {source} leads out of its storage root {root}")
     return volume
+
+
+def _make_subdir(volume: str, rel: str, owner: tuple[int, int] | None, mode: int) -> None:
+    """Make the missing components of `rel` below `volume` with `owner` and `mode`; never follows a symlink."""
+    fd = open_volume(volume)
+    try:
+        parts = split_relative(rel)
+        for depth, part in enumerate(parts, start=1):
+            child, made = _made_dir(fd, part, "/".join(parts[:depth]))
+            os.close(fd)
+            fd = child
+            if made:
+                _settle(fd, owner, mode, os.path.join(volume, *parts[:depth]))
+    finally:
+        os.close(fd)
 
 
 def _below_root(root: str, source: str) -> list[str]:

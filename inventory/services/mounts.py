@@ -92,10 +92,12 @@ def checkpoint_host_dirs(workloads: Iterable[tuple[int, int]]) -> dict[int, str]
     }
 
 
-def mount_specs(mounts: list[PlannedMount]) -> list[dict[str, Any]]:
-    """Return the agent's JSON for `mounts`: host source below the backend's root, target, read-only, owner."""
+def mount_specs(mounts: list[PlannedMount], workload_id: int) -> list[dict[str, Any]]:
+    """Return the agent's JSON for `plan_mounts`' `mounts` of a workload: host source below the backend's root,
+    target, read-only, owner, and the directories the workload expects in it (the agent makes them with the
+    volume's owner and mode: its checkpoint directory, on the project's own volume)."""
     specs = []
-    for mount in mounts:
+    for index, mount in enumerate(mounts):
         backend = mount.volume.backend
         uid, gid, mode = directory_owner(mount.volume)
         specs.append(
@@ -108,6 +110,7 @@ def mount_specs(mounts: list[PlannedMount]) -> list[dict[str, Any]]:
                 "uid": uid,
                 "gid": gid,
                 "mode": mode,
+                "subdirs": [f"{CHECKPOINTS}/{workload_id}"] if index == 1 else [],
             }
         )
     return specs

@@ -156,7 +156,7 @@ def workload_storage(workload: Workload) -> WorkloadStorage:
         "GPUCLOUD_CHECKPOINT_DIR": mounts.checkpoint_dir(planned, workload.pk),
     }
     return WorkloadStorage(
-        mounts=mounts.mount_specs(planned),
+        mounts=mounts.mount_specs(planned, workload.pk),
         run_as=mounts.run_as(planned, workload.owner, workload.project),
         workdir=home,
         env=env,

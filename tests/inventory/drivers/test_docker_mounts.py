@@ -102,3 +102,50 @@ def test_a_volume_that_leads_out_of_its_root_through_a_symlink_is_refused(
         runtime.start(spec)
     assert not docker_client.api.containers(all=True, filters={"name": spec.name})
     assert not (tmp_path / "v").exists()
+
+
+def test_each_members_checkpoint_directory_is_ready_and_writable_on_a_shared_project_volume(
+    runtime: DockerRuntime, docker_spec: SpecFactory, root: Path
+) -> None:
+    """Two members of one project (same group, their own uids): whoever's job came first, both can checkpoint."""
+    project = str(root / "t1" / "projects" / "p")
+
+    def project_volume(workload_id: int) -> Mount:
+        return Mount(
+            project,
+            "/projects/p",
+            root=str(root),
+            uid=0,
+            gid=2001,
+            mode=0o2770,
+            subdirs=(f".checkpoints/{workload_id}",),
+        )
+
+    outputs = []
+    for workload_id, user in ((7, USER), (8, RunAs(1002, 2001, (1002, 2001)))):
+        script = f"echo step-{workload_id} > /projects/p/.checkpoints/{workload_id}/latest && echo saved"
+        handle = runtime.start(docker_spec(["sh", "-c", script], mounts=(project_volume(workload_id),), run_as=user))
+        assert wait_for(lambda handle=handle: runtime.poll(handle).state == "exited")  # type: ignore[misc]
+        outputs.append((texts(runtime, handle), texts(runtime, handle, "stderr")))
+    assert outputs == [(["saved"], []), (["saved"], [])], "the second member was not locked out by the first"
+    for workload_id in (7, 8):
+        made = Path(project, ".checkpoints", str(workload_id)).stat()
+        assert (made.st_uid, made.st_gid, made.st_mode & 0o7777) == (0, 2001, 0o2770)
+    shared = Path(project, ".checkpoints").stat()
+    assert (shared.st_gid, shared.st_mode & 0o7777) == (2001, 0o2770)
+
+
+def test_a_checkpoint_directory_that_leads_out_of_its_volume_is_refused(
+    runtime: DockerRuntime, docker_spec: SpecFactory, root: Path, tmp_path: Path
+) -> None:
+    project = root / "t1" / "projects" / "p"
+    project.mkdir(parents=True)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (project / ".checkpoints").symlink_to(outside)
+    mount = Mount(
+        str(project), "/projects/p", root=str(root), uid=0, gid=2001, mode=0o2770, subdirs=(".checkpoints/7",)
+    )
+    with pytest.raises(PathRefused):
+        runtime.start(docker_spec(["true"], mounts=(mount,), run_as=USER))
+    assert list(outside.iterdir()) == [], "nothing was made through the symlink"
