@@ -24,7 +24,7 @@ from jobs import services
 from jobs.choices import WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload
 from jobs.scheduler import shell
-from jobs.services.lifecycle import transition_workload
+from jobs.services.lifecycle import release_allocations, transition_workload
 from jobs.services.logs import ingest_log_batch
 from tenants.context import Actor
 from tenants.models import Membership
@@ -158,10 +158,24 @@ def test_new_log_lines_appear_within_a_second_and_a_reconnection_loses_none(runn
     assert viewer.get_attribute("data-last-seq") == "10"
 
     # The state badge follows the workload, and so do its actions: an ended one offers Restart, not Stop.
-    assert transition_workload(workload_id=running.pk, from_states=[S.RUNNING], to_state=S.SUCCEEDED)
+    finished = "#workload-times tr:nth-child(4) td"  # Submitted, Scheduled, Started, Finished
+    assert live_page.locator("#workload-times tr:nth-child(4) th").inner_text() == "Finished"
+    assert live_page.locator(finished).inner_text().strip() == "—"
+    assert live_page.locator("#allocations tr[data-held]").count() == 2, "both GPUs held while it runs"
+    assert transition_workload(
+        workload_id=running.pk, from_states=[S.RUNNING], to_state=S.SUCCEEDED, finished_at=datetime.now(UTC)
+    )
     live_page.locator("[data-workload-state=succeeded]", has_text="Succeeded").wait_for(timeout=5000)
     live_page.locator("#action-restart").wait_for(timeout=5000)
     assert live_page.locator("#action-stop").count() == 0
+    # The times and the timeline too, in the order things happened, the newest last.
+    live_page.wait_for_function(f"document.querySelector(\"{finished}\").innerText.trim() !== '—'", timeout=5000)
+    changes = live_page.locator("#timeline tbody tr td:nth-child(2)").all_inner_texts()
+    assert changes[-3:] == ["Scheduled → Starting", "Starting → Running", "Running → Succeeded"], changes
+    # Where it runs: its GPUs shown released once the controller frees them.
+    release_allocations(workload_id=running.pk)
+    live_page.locator("#allocations tr[data-held]").first.wait_for(state="detached", timeout=5000)
+    assert live_page.locator("#allocations tbody tr").count() == 2, "released GPUs stay listed with when"
     assert not_reloaded(live_page)
 
 

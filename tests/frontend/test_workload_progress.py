@@ -26,6 +26,7 @@ from jobs.services.execution import launch_workload
 from jobs.services.lifecycle import transition_workload
 from jobs.services.replicas import record_replica_ready, record_replica_started
 from tenants.context import Actor
+from tenants.models import ProjectQuota
 from tests.conftest import World
 from tests.frontend.test_pages import logged_in
 from tests.inventory.factories import make_node
@@ -133,6 +134,19 @@ def test_the_expected_start_is_when_running_work_in_the_pool_reaches_its_maximum
     started = now - timedelta(minutes=10)
     Workload.all_tenants.filter(pk=bounded.pk).update(state=WorkloadState.RUNNING, started_at=started)
     assert capacity_due(team.pool.pk, now=now) == started + timedelta(seconds=3600)
+
+    # A workload waiting for room in that pool (not for quota) is told by when, at the latest, on its page.
+    ProjectQuota.all_tenants.filter(project=team.project_a).update(limit=16)
+    waiting = services.submit_workload(
+        actor=Actor(user=team.member_a), project=team.project_a, data=request(team, name="next", gpus_per_replica=2)
+    )
+    assert shell.run_pass() is not None
+    assert Workload.all_tenants.get(pk=waiting.pk).reason_code == ReasonCode.NO_CAPACITY
+    due = started + timedelta(seconds=3600)
+    steps = _live(waiting)
+    expected = steps.split("data-expected-start>")[1].split("</small>")[0]
+    assert f"Expected to start by {due:%H:%M} UTC at the latest" in expected, expected
+    assert "<code>shared</code> reaches its maximum runtime" in expected
 
 
 def test_the_timeline_lists_events_in_the_order_they_happened_in_words(team: World) -> None:
