@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,25 @@ def test_submit_wait_logs_prints_the_jobs_output_while_it_runs(platform: Platfor
     done = platform.member(*argv)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["step-1", "step-2", "step-3"]
+
+
+@pytest.mark.parametrize("mode", [[], ["--async"]], ids=["sync", "async"])
+def test_the_sweep_example_submits_20_jobs_waits_for_all_and_exits_with_the_first_failures_code(
+    platform: Platform, mode: list[str]
+) -> None:
+    """client/examples/sweep.py as its docs run it, logged in through `gpc login` (the member's contexts file)."""
+    example = Path(__file__).resolve().parents[2] / "client" / "examples" / "sweep.py"
+    command = "sh -c 'echo lr={lr}; test {index} -ne 13 || exit 4'"  # job 13 fails with exit code 4
+    argv = [sys.executable, str(example), "--image", IMAGE, "--pool", "shared", "--gpus", "0", "--command", command]
+    done = subprocess.run(
+        [*argv, *mode], capture_output=True, text=True, timeout=240, env=platform.member.env(), check=False
+    )
+    platform.member.check_secrets(done.stdout + done.stderr)
+    assert done.returncode == 4, done.stderr
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    assert [row[1] for row in rows] == [f"sweep-{index:02d}" for index in range(20)]
+    assert [row[2] for row in rows] == ["failed" if index == 13 else "succeeded" for index in range(20)], rows
+    assert rows[13][3] == "exit 4"
+    jobs = Workload.all_tenants.filter(name__startswith="sweep-").order_by("name")
+    assert jobs.count() == 20 and {job.env["SWEEP_INDEX"] for job in jobs} == {str(i) for i in range(20)}
+    assert jobs[0].command[-1].startswith("echo lr=1.00e-01")
