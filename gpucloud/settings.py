@@ -249,6 +249,7 @@ STORAGE_UID_BASE = env_int("GPUCLOUD_STORAGE_UID_BASE", 100000, minimum=1000)  #
 STORAGE_GID_BASE = env_int("GPUCLOUD_STORAGE_GID_BASE", 200000, minimum=1000)  # + project id: its gid
 VOLUME_UPLOAD_MAX_BYTES = env_int("VOLUME_UPLOAD_MAX_BYTES", 20 * 1024**3, minimum=1)  # one upload, at most
 VOLUME_USAGE_SECONDS = env_int("VOLUME_USAGE_SECONDS", 300, minimum=10, maximum=86400)
+# How often an agent looks at its running jobs' checkpoint directories (inventory/agent/checkpoints.py).
 CHECKPOINT_SCAN_SECONDS = env_int("CHECKPOINT_SCAN_SECONDS", 15, minimum=1, maximum=3600)
 
 # --- Telemetry -----------------------------------------------------------------
@@ -269,7 +270,6 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-workloads": {"task": "jobs.reconcile", "schedule": float(WORKLOAD_RECONCILE_SECONDS)},
     "enforce-time-limits": {"task": "jobs.enforce_time_limits", "schedule": 10.0},
     "check-idle-notebooks": {"task": "jobs.check_idle_notebooks", "schedule": 30.0},
-    "scan-checkpoints": {"task": "jobs.scan_checkpoints", "schedule": float(CHECKPOINT_SCAN_SECONDS)},
     "measure-volume-usage": {"task": "inventory.measure_volume_usage", "schedule": float(VOLUME_USAGE_SECONDS)},
     "purge-expired-logs": {"task": "jobs.purge_expired_logs", "schedule": 3600.0},
     "purge-telemetry": {"task": "inventory.purge_telemetry", "schedule": 86400.0},

@@ -161,7 +161,7 @@ def purge_expired_logs() -> int:
     return logs.purge_expired_logs(now=timezone.now())
 
 
-@shared_task(name="jobs.scan_checkpoints", base=CoalescingTask, ignore_result=True)
-def scan_checkpoints() -> int:
-    """Record when running jobs last wrote to their checkpoint directories; return how many moved."""
-    return checkpoints.scan_checkpoints()
+@shared_task(name="jobs.replica_checkpointed", ignore_result=True, **REPORT_RETRY)
+def replica_checkpointed(workload_id: int, attempt: int, replica: int, at: float) -> bool:
+    """A job wrote to its checkpoint directory; `at` is the newest file's time (epoch seconds) its node saw."""
+    return checkpoints.record_checkpoint(workload_id=workload_id, attempt=attempt, replica=replica, at=at)

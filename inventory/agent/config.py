@@ -14,6 +14,7 @@ class AgentConfig:
 
     `publish_address` is the IP address the Docker runtime publishes
     workloads' service ports on: one the console's proxy can reach.
+    `checkpoint_seconds`: how often running jobs' checkpoint directories are looked at.
     """
 
     node: str
@@ -27,6 +28,7 @@ class AgentConfig:
     simulated_gpu_model: str = "NVIDIA H100 80GB HBM3"
     sample_seconds: float = 1.0
     heartbeat_seconds: float = 5.0
+    checkpoint_seconds: float = 15.0
 
 
 def config_from_settings(node: str | None = None, **overrides: object) -> AgentConfig:
@@ -41,6 +43,7 @@ def config_from_settings(node: str | None = None, **overrides: object) -> AgentC
         "publish_address": settings.GPUCLOUD_AGENT_PUBLISH_ADDRESS,
         "sample_seconds": float(settings.GPU_SAMPLE_SECONDS),
         "heartbeat_seconds": float(settings.NODE_HEARTBEAT_SECONDS),
+        "checkpoint_seconds": float(settings.CHECKPOINT_SCAN_SECONDS),
     }
     values.update(overrides)
     return AgentConfig(**values)  # type: ignore[arg-type]  # keys checked by the dataclass itself

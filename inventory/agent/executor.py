@@ -96,6 +96,12 @@ class Executor:
         self._outages = RuntimeOutages()
         self._lock = threading.Lock()
 
+    @property
+    def checkpoint_seconds(self) -> float:
+        """Seconds between looks at a running job's checkpoint directory (`AgentConfig.checkpoint_seconds`)."""
+        config = self._config or active_config() or config_from_settings()
+        return config.checkpoint_seconds
+
     def report(self, task: str, **kwargs: Any) -> None:
         """Send one report to the controller, after the log batches and pull reports waiting before it."""
         self.outbox.flush()
@@ -186,7 +192,12 @@ class Executor:
             self.report("jobs.replica_exited", **ref.ids(), exit_code=None, message=str(error), launch_failed=True)
             return
         self.watch_handle(
-            ref, handle, log_cursor="", ready_path=spec.get("ready_path") or "", secret=spec.get("secret") or ""
+            ref,
+            handle,
+            log_cursor="",
+            ready_path=spec.get("ready_path") or "",
+            secret=spec.get("secret") or "",
+            checkpoint_dir=spec.get("checkpoint_dir") or "",
         )
 
     def watch(self, message: dict[str, Any]) -> None:
@@ -203,6 +214,7 @@ class Executor:
             secret=message.get("secret") or "",
             report_start=bool(message.get("report_start", True)),
             resend=bool(message.get("resend", False)),
+            checkpoint_dir=message.get("checkpoint_dir") or "",
         )
 
     def watch_handle(
@@ -215,6 +227,7 @@ class Executor:
         secret: str,
         report_start: bool = True,
         resend: bool = False,
+        checkpoint_dir: str = "",
     ) -> None:
         """Report the replica started and follow it on a thread of its own, unless one already does.
 
@@ -225,6 +238,8 @@ class Executor:
         controller's stored output stops short of what was shipped: a batch
         was lost on the way), a new watcher reads the output again from
         `log_cursor`, running or ended, and the current one stops shipping.
+        A `checkpoint_dir` (the node's path of a job's checkpoint directory)
+        is looked at while the replica runs (`inventory.agent.checkpoints`).
         """
         with self._lock:
             current = self._watchers.get(ref.name)
@@ -233,7 +248,7 @@ class Executor:
                 previous = self._followers.get(ref.name)
                 if previous is not None:
                     previous.superseded.set()
-                watcher = Watcher(self, ref, handle, log_cursor, ready_path, secret)
+                watcher = Watcher(self, ref, handle, log_cursor, ready_path, secret, checkpoint_dir)
                 thread = threading.Thread(target=watcher.run, name=f"watch-{ref.name}", daemon=True)
                 self._watchers[ref.name] = thread
                 self._followers[ref.name] = watcher

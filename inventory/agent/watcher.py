@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING
 
+from inventory.agent.checkpoints import checkpoint_thread
 from inventory.agent.outages import OUTPUT_GAP_NOTE
 from inventory.agent.replicas import CALL_TIMEOUT, ReplicaRef
 from inventory.drivers.base import DriverError, DriverTimeout, Handle, PermanentDriverError, Runtime
@@ -37,7 +38,14 @@ class Watcher:
     """Follows one replica: ships its output in chained batches, waits for readiness, reports its exit."""
 
     def __init__(
-        self, executor: Executor, ref: ReplicaRef, handle: Handle, cursor: str, ready_path: str, secret: str
+        self,
+        executor: Executor,
+        ref: ReplicaRef,
+        handle: Handle,
+        cursor: str,
+        ready_path: str,
+        secret: str,
+        checkpoint_dir: str = "",
     ) -> None:
         self.executor = executor
         self.ref = ref
@@ -45,6 +53,7 @@ class Watcher:
         self.cursor = cursor
         self.ready_path = ready_path
         self.secret = secret
+        self.checkpoint_dir = checkpoint_dir
         self.lines: queue.Queue[tuple[str, str, str, str] | None] = queue.Queue()
         # Set when a newer watcher of the same replica took over (`Executor.watch_handle(resend=True)`).
         self.superseded = threading.Event()
@@ -62,6 +71,8 @@ class Watcher:
         runtime = self.executor.runtime(self.ref.runtime, self.ref.node)
         if self.ready_path and self.handle.get("endpoint"):
             threading.Thread(target=self._await_ready, name=f"ready-{self.ref.name}", daemon=True).start()
+        if self.checkpoint_dir:  # looked at until this watcher ends (its replica did, or another took over)
+            checkpoint_thread(self.executor, self.ref, self.checkpoint_dir, self.ended)
         reader = threading.Thread(target=self._read, args=(runtime,), name=f"logs-{self.ref.name}", daemon=True)
         reader.start()
         self._ship()

@@ -230,3 +230,32 @@ def _scan(fd: int, seen: set[tuple[int, int]]) -> tuple[int, list[str]]:
                 seen.add((found.st_dev, found.st_ino))
             size += found.st_size
     return size, subdirectories
+
+
+CHECKPOINT_MAX_ENTRIES = 10_000
+"""Entries `newest_file_time` looks at, at most: a checkpoint directory with millions of files costs no more."""
+
+
+def newest_file_time(directory: str, *, max_entries: int = CHECKPOINT_MAX_ENTRIES) -> float | None:
+    """Return the newest modification time (epoch seconds) of a regular file below `directory`, or None.
+
+    Symlinks are not followed; at most `max_entries` entries are looked at.
+    """
+    newest: float | None = None
+    stack, seen = [directory], 0
+    while stack and seen < max_entries:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                seen += 1
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                    newest = mtime if newest is None else max(newest, mtime)
+                if seen >= max_entries:
+                    break
+    return newest

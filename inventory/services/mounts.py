@@ -73,8 +73,9 @@ def checkpoint_dir(mounts: list[PlannedMount], workload_id: int) -> str:
     return f"{project_dir(mounts)}/{CHECKPOINTS}/{workload_id}"
 
 
-def checkpoint_host_dirs(workloads: Iterable[tuple[int, int]]) -> dict[int, str]:
-    """Return each (workload id, project id)'s checkpoint directory as the console reaches it, by workload id.
+def checkpoint_host_dirs(workloads: Iterable[tuple[int, int]], *, console: bool = True) -> dict[int, str]:
+    """Return each (workload id, project id)'s checkpoint directory as the console reaches it (else as the
+    nodes do: `console=False`), by workload id.
 
     One query for any number: a project's own volume is its oldest project
     volume (`project_volume`). A project without one yet has no checkpoints.
@@ -86,7 +87,7 @@ def checkpoint_host_dirs(workloads: Iterable[tuple[int, int]]) -> dict[int, str]
         if volume.project_id is not None:  # always, for a project volume (a constraint says so)
             own[volume.project_id] = volume  # the oldest is written last
     return {
-        workload: f"{host_path(own[project].backend, own[project], console=True)}/{CHECKPOINTS}/{workload}"
+        workload: f"{host_path(own[project].backend, own[project], console=console)}/{CHECKPOINTS}/{workload}"
         for workload, project in pairs
         if project in own
     }
@@ -114,6 +115,11 @@ def mount_specs(mounts: list[PlannedMount], workload_id: int) -> list[dict[str, 
             }
         )
     return specs
+
+
+def checkpoint_node_dir(specs: list[dict[str, Any]], workload_id: int) -> str:
+    """Return where a node finds the workload's checkpoint directory, among its `mount_specs`."""
+    return f"{specs[1]['source']}/{CHECKPOINTS}/{workload_id}"
 
 
 def run_as(mounts: list[PlannedMount], owner: User, project: Project) -> dict[str, Any]:

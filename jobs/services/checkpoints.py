@@ -1,79 +1,51 @@
-"""Seeing running jobs' checkpoints: when did each last write to its checkpoint directory.
+"""Recording running jobs' checkpoints: when did each last write to its checkpoint directory.
 
 A job finds `GPUCLOUD_CHECKPOINT_DIR` in its environment, on its project's
 volume and the same for every attempt. Whatever it writes there is its
-checkpoint: the newest modification time of a file in that directory
-(at most `MAX_ENTRIES` looked at, no symlink followed) is recorded as
-`Workload.checkpointed_at`, with an event, and the scheduler preempts
-among equal victims the one that loses the least work since then.
-
-The controller looks where the console reaches the volume (every shared
-backend, and a node-local one on the console's own host); a job whose
-volume it cannot reach counts as never having checkpointed.
+checkpoint. The agent of the node that runs the job's first replica looks at
+that directory on its own disk (`inventory.agent.checkpoints`) and reports
+the newest file time; `record_checkpoint` keeps it as
+`Workload.checkpointed_at`, with an event, and the scheduler preempts among
+equal victims the one that loses the least work since then.
 """
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 
-from inventory.services.mounts import checkpoint_host_dirs
+from django.db import transaction
+
 from jobs.choices import WorkloadKind, WorkloadState
-from jobs.models import Workload, WorkloadEvent
-
-MAX_ENTRIES = 10_000
+from jobs.models import Replica, ReplicaState, Workload, WorkloadEvent
 
 
-def newest_file_time(directory: str, *, max_entries: int = MAX_ENTRIES) -> float | None:
-    """Return the newest modification time (epoch seconds) of a regular file below `directory`, or None.
+@transaction.atomic
+def record_checkpoint(*, workload_id: int, attempt: int, replica: int, at: float) -> bool:
+    """Record that the running job last wrote a checkpoint at `at` (epoch seconds); return whether it moved.
 
-    Symlinks are not followed; at most `max_entries` entries are looked at.
+    Idempotent and order-proof: only a time newer than the recorded one is
+    written (compare-and-swap on the old value). Ignored when the report is
+    not about the job's current attempt, a replica of it that runs, or a
+    running job, or when `at` lies in the future (a node's clock ahead of the
+    console's is no checkpoint yet).
     """
-    newest: float | None = None
-    stack, seen = [directory], 0
-    while stack and seen < max_entries:
-        try:
-            entries = os.scandir(stack.pop())
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
-                seen += 1
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                elif entry.is_file(follow_symlinks=False):
-                    mtime = entry.stat(follow_symlinks=False).st_mtime
-                    newest = mtime if newest is None else max(newest, mtime)
-                if seen >= max_entries:
-                    break
-    return newest
-
-
-def scan_checkpoints() -> int:
-    """Record the latest checkpoint of every running job whose checkpoint directory changed; return how many moved.
-
-    Idempotent: only a newer time than the recorded one is written (compare-and-swap on the old value).
-    """
-    moved = 0
-    running = list(Workload.all_tenants.filter(kind=WorkloadKind.JOB, state=WorkloadState.RUNNING))
-    directories = checkpoint_host_dirs((workload.pk, workload.project_id) for workload in running)
-    for workload in running:
-        directory = directories.get(workload.pk)
-        newest = newest_file_time(directory) if directory is not None else None
-        if newest is None:
-            continue
-        at = datetime.fromtimestamp(newest, tz=UTC)
-        if workload.checkpointed_at is not None and at <= workload.checkpointed_at:
-            continue
-        updated = Workload.all_tenants.filter(pk=workload.pk, checkpointed_at=workload.checkpointed_at).update(
-            checkpointed_at=at
+    written = datetime.fromtimestamp(at, tz=UTC)
+    job = Workload.all_tenants.filter(
+        pk=workload_id, kind=WorkloadKind.JOB, state=WorkloadState.RUNNING, attempt=attempt
+    ).first()
+    if job is None or written > datetime.now(tz=UTC):
+        return False
+    reported_by_running = Replica.all_tenants.filter(
+        workload_id=workload_id, attempt=attempt, index=replica, state=ReplicaState.RUNNING
+    ).exists()
+    if not reported_by_running or (job.checkpointed_at is not None and written <= job.checkpointed_at):
+        return False
+    moved = Workload.all_tenants.filter(pk=job.pk, checkpointed_at=job.checkpointed_at).update(checkpointed_at=written)
+    if moved:
+        WorkloadEvent.all_tenants.create(
+            tenant_id=job.tenant_id,
+            workload=job,
+            kind="workload.checkpoint",
+            message=f"Checkpoint seen in its checkpoint directory (written {written:%H:%M:%S} UTC).",
         )
-        if updated:
-            moved += 1
-            WorkloadEvent.all_tenants.create(
-                tenant_id=workload.tenant_id,
-                workload=workload,
-                kind="workload.checkpoint",
-                message=f"Checkpoint seen in its checkpoint directory (written {at:%H:%M:%S} UTC).",
-            )
-    return moved
+    return bool(moved)

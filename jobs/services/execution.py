@@ -170,6 +170,7 @@ def replica_spec(
     placement = placements[index]
     runtime = placement.node.runtime
     notebook = workload.kind == WorkloadKind.NOTEBOOK
+    watches_checkpoints = not notebook and index == 0
     storage = storage if storage is not None else workload_storage(workload)
     env = {**workload.env, **storage.env, **_gang_env(workload, index, placements), **_identity_env(workload, index)}
     if notebook:
@@ -197,6 +198,8 @@ def replica_spec(
         "run_as": storage.run_as,
         "workdir": storage.workdir,
         "stop_signal": workload.stop_signal,
+        # A job's first replica has its node report the checkpoints it sees there (inventory.agent.checkpoints).
+        "checkpoint_dir": mounts.checkpoint_node_dir(storage.mounts, workload.pk) if watches_checkpoints else "",
     }
 
 

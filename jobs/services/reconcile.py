@@ -50,6 +50,7 @@ from django.utils import timezone
 
 from inventory.choices import NodeState
 from inventory.models import Node, NodeEvent
+from inventory.services.mounts import checkpoint_host_dirs
 from jobs import dispatch
 from jobs.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
 from jobs.models import Replica, ReplicaState, Workload
@@ -250,9 +251,18 @@ def _watch(node: Node, replica: Replica, item: dict[str, Any], *, resend: bool =
             "log_cursor": replica.log_cursor,
             "report_start": False,  # the ledger heard of its start; only a new watcher reports it again
             "resend": resend,
+            "checkpoint_dir": _checkpoint_dir(replica),
             **_readiness(replica),
         },
     )
+
+
+def _checkpoint_dir(replica: Replica) -> str:
+    """Return where the node finds a job's checkpoint directory when it watches the job's first replica, else ""."""
+    workload = replica.workload
+    if workload.kind != WorkloadKind.JOB or replica.index != 0:
+        return ""
+    return checkpoint_host_dirs([(workload.pk, workload.project_id)], console=False).get(workload.pk, "")
 
 
 def _readiness(replica: Replica) -> dict[str, str]:

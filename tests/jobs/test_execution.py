@@ -19,6 +19,7 @@ import pytest
 from inventory.agent import executor as executor_module
 from inventory.agent.config import AgentConfig, activate
 from inventory.models import Gpu, Node, agent_queue_for
+from inventory.services.mounts import checkpoint_host_dirs
 from jobs import selectors, services
 from jobs.choices import ReasonCode, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
@@ -37,7 +38,7 @@ NODE = "exec-local"
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[AgentConfig]:
     """The agent of node `exec-local` in this process (process runtime), with the controller's worker."""
-    config = AgentConfig(node=NODE, work_dir=tmp_path, process_enabled=True, probe="simulated")
+    config = AgentConfig(node=NODE, work_dir=tmp_path, process_enabled=True, probe="simulated", checkpoint_seconds=0.2)
     activate(config)
     executor_module._executor = executor_module.Executor(config)
     with running_worker(["control", "ingest", agent_queue_for(NODE)], concurrency=4):
@@ -101,6 +102,37 @@ def test_a_job_runs_and_its_exit_code_decides_its_state(world: World, agent: Age
         assert _active_allocations(workload) == 0, "the GPUs are released once the replica exited"
         replica = Replica.all_tenants.get(workload=workload)
         assert replica.state == ReplicaState.EXITED and replica.name == f"gpucloud-w{workload.pk}-r0-a1"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_node_reports_a_checkpoint_the_job_writes_and_the_ledger_records_when(
+    world: World, agent: AgentConfig
+) -> None:
+    _world(world)
+    job = _submit(
+        world,
+        """
+        import os, pathlib, time
+        directory = pathlib.Path(os.environ["GPUCLOUD_CHECKPOINT_DIR"])
+        print("ready:", directory.is_dir(), flush=True)  # made by the agent before the start
+        time.sleep(0.5)
+        (directory / "step-100.pt").write_bytes(b"weights")
+        print("saved", flush=True)
+        time.sleep(60)
+        """,
+    )
+    run_pass_now()
+    _reached(job, WorkloadState.RUNNING)
+    assert wait_until(lambda: Workload.all_tenants.get(pk=job.pk).checkpointed_at is not None, timeout=15)
+    recorded = Workload.all_tenants.get(pk=job.pk)
+    directory = Path(checkpoint_host_dirs([(job.pk, world.project_a.pk)], console=False)[job.pk])
+    assert recorded.checkpointed_at is not None
+    assert abs(recorded.checkpointed_at.timestamp() - (directory / "step-100.pt").stat().st_mtime) < 0.01
+    assert WorkloadEvent.all_tenants.filter(workload=job, kind="workload.checkpoint").count() == 1
+    with tenant_scope(world.tenant_a):
+        assert "ready: True" in [line["text"] for line in selectors.iter_log_lines(recorded)]
+    services.cancel_workload(actor=Actor(user=world.member_a), workload=recorded)
+    _reached(job, WorkloadState.CANCELLED)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -327,7 +359,7 @@ def test_reports_that_arrive_late_are_applied_and_a_stale_list_fails_nothing(wor
     from gpucloud.celery import app
     from jobs.services.execution import launch_workloads
 
-    config = AgentConfig(node=NODE, work_dir=tmp_path, process_enabled=True, probe="simulated")
+    config = AgentConfig(node=NODE, work_dir=tmp_path, process_enabled=True, probe="simulated", checkpoint_seconds=0.2)
     activate(config)
     executor_module._executor = executor_module.Executor(config)
     _world(world)

@@ -7,7 +7,6 @@ hibernation, and checkpoints seen in a real directory.
 
 from __future__ import annotations
 
-import os
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -20,16 +19,17 @@ from django.utils import timezone
 
 from common.errors import Conflict
 from inventory.choices import StorageKind, VolumeKind
-from inventory.models import Gpu, StorageBackend, Volume
+from inventory.drivers.storage import newest_file_time
+from inventory.models import Gpu, Node, StorageBackend, Volume
 from inventory.services import mounts
 from inventory.services.storage import MARKER_FILE, create_storage_backend, default_backend
 from inventory.services.volume_access import volume_rights
 from inventory.services.volumes import create_volume, share_volume
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
-from jobs.models import Allocation, Workload, WorkloadEvent
+from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
 from jobs.scheduler.shell import run_pass
 from jobs.services import hibernate_notebook, resume_notebook, submit_workload
-from jobs.services.checkpoints import newest_file_time, scan_checkpoints
+from jobs.services.checkpoints import record_checkpoint
 from jobs.services.execution import _placements, replica_spec, workload_storage
 from jobs.services.stopping import settle_workload
 from tenants.context import Actor
@@ -285,26 +285,46 @@ def test_a_notebook_preempted_for_other_work_hibernates_once_stopped(world: Worl
 # --- checkpoints ----------------------------------------------------------------------------------
 
 
-def test_a_checkpoint_written_in_the_checkpoint_directory_is_recorded_once(world: World) -> None:
+def test_a_reported_checkpoint_is_recorded_once_and_only_a_newer_one_moves_it(world: World) -> None:
     ready_world(world)
     job = _running(_placed(world))
-    workload_storage(job)  # its launch made the project's volume
-    assert scan_checkpoints() == 0, "nothing written yet"
-    directory = Path(mounts.checkpoint_host_dirs([(job.pk, world.project_a.pk)])[job.pk])
-    directory.mkdir(parents=True)
-    (directory / "step-100.pt").write_bytes(b"weights")
+    replica = Replica.all_tenants.create(
+        tenant=world.tenant_a, workload=job, attempt=job.attempt, index=0, node=Node.objects.get(name="n1"),
+        name=f"gpucloud-w{job.pk}-r0-a1", state=ReplicaState.RUNNING,
+    )  # fmt: skip
     written = time.time() - 30
-    os.utime(directory / "step-100.pt", (written, written))
-    assert scan_checkpoints() == 1
+
+    def report(at: float, attempt: int = job.attempt, index: int = 0) -> bool:
+        return record_checkpoint(workload_id=job.pk, attempt=attempt, replica=index, at=at)
+
+    assert report(written)
     job.refresh_from_db()
-    assert job.checkpointed_at is not None and abs(job.checkpointed_at.timestamp() - written) < 1
-    assert scan_checkpoints() == 0, "the same checkpoint is not recorded twice"
+    assert job.checkpointed_at is not None and abs(job.checkpointed_at.timestamp() - written) < 0.01
+    assert not report(written), "the same checkpoint is not recorded twice"
+    assert not report(written - 10), "an older report arriving late changes nothing"
+    assert not report(written + 5, attempt=job.attempt + 1), "another attempt's report is not this one's"
+    assert not report(written + 5, index=1), "only a replica of the job that runs reports"
+    assert not report(time.time() + 600), "a node clock ahead of the console's is no checkpoint yet"
     assert WorkloadEvent.all_tenants.filter(workload=job, kind="workload.checkpoint").count() == 1
-    (directory / "nested").mkdir()
-    (directory / "nested" / "step-200.pt").write_bytes(b"newer")
-    assert scan_checkpoints() == 1
+    assert report(written + 20)
     job.refresh_from_db()
-    assert job.checkpointed_at.timestamp() > written + 20
+    assert job.checkpointed_at.timestamp() > written + 19
+    Replica.all_tenants.filter(pk=replica.pk).update(state=ReplicaState.EXITED)
+    assert not report(written + 25), "an ended replica's report is late news"
+
+
+def test_the_nodes_learn_where_a_jobs_checkpoints_are_and_a_notebook_has_none(world: World) -> None:
+    ready_world(world)
+    job = _placed(world, replicas=2)
+    storage = workload_storage(job)
+    placements = _placements(job.pk)
+    first, second = (replica_spec(job, index, placements, storage) for index in (0, 1))
+    home, project = storage.mounts[0], storage.mounts[1]
+    assert first["checkpoint_dir"] == f"{project['source']}/.checkpoints/{job.pk}"
+    assert project["subdirs"] == [f".checkpoints/{job.pk}"] and home["subdirs"] == []
+    assert second["checkpoint_dir"] == "", "one replica's node reports for the whole gang"
+    node_view = mounts.checkpoint_host_dirs([(job.pk, world.project_a.pk)], console=False)[job.pk]
+    assert node_view == first["checkpoint_dir"], "reconcile's watch names the same directory as the start"
 
 
 def test_a_symlink_in_the_checkpoint_directory_is_not_followed(tmp_path: Path) -> None:
@@ -315,6 +335,8 @@ def test_a_symlink_in_the_checkpoint_directory_is_not_followed(tmp_path: Path) -
     inside.mkdir()
     (inside / "link").symlink_to(outside)
     assert newest_file_time(str(inside)) is None
+    (inside / "step-1.pt").write_bytes(b"w")
+    assert newest_file_time(str(inside)) == (inside / "step-1.pt").stat().st_mtime
 
 
 def test_a_preemption_records_the_work_it_threw_away(world: World, settings: Any) -> None:
