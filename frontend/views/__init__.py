@@ -86,9 +86,17 @@ def overview(request: HttpRequest, page: Page) -> HttpResponse:
         "quotas": selectors.tenant_quotas_in_scope(),
         "capacity": capacity_for_tenant(pool_selectors.pools_visible_to(page.actor), page.tenant),
         # The idle warning and Resume reach their owner where they land, not only on the notebook's page.
-        "awaiting": list(job_selectors.notebooks_awaiting_owner(page.actor.user)[:50]) if page.can_write else [],
+        "awaiting": _awaiting(page),
     }
     return render(request, "frontend/overview.html", context)
+
+
+def _awaiting(page: Page) -> list[Any]:
+    """Return the viewer's notebooks that ask something of them (warned as idle, hibernated); none for viewers."""
+    user = page.actor.user
+    if user is None or not page.can_write:
+        return []
+    return list(job_selectors.notebooks_awaiting_owner(user)[:50])
 
 
 @tenant_view(Role.VIEWER)

@@ -466,7 +466,7 @@ def test_the_tenants_start_page_brings_the_idle_warning_and_resume_to_the_notebo
     assert f'action="{detail(asleep)}"' in rows[str(asleep.pk)]
     # Resume from the start page queues the same notebook again and lands on its page.
     response = logged_in("member_a").post(detail(asleep), {"action": "resume"})
-    assert response.status_code == 302 and response.url == detail(asleep)
+    assert response.status_code == 302 and response["Location"] == detail(asleep)
     assert Workload.all_tenants.get(pk=asleep.pk).state == WorkloadState.PENDING
     assert 'id="notebooks-awaiting"' not in logged_in("viewer_a").get("/t/tenant-a/").content.decode()
     assert 'id="notebooks-awaiting"' not in logged_in("admin_b").get("/t/tenant-b/").content.decode()
