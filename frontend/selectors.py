@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import Case, Count, IntegerField, Prefetch, Q, QuerySet, Value, When
+from django.db.models import Case, Count, Exists, IntegerField, OuterRef, Prefetch, Q, QuerySet, Value, When
 from django.utils.dateparse import parse_datetime
 
 from frontend.heatmap import FleetGlance, fleet_glance
@@ -161,8 +161,11 @@ def workloads_matching(
     *, state: str = "", project: str = "", kind: str = "", owner: User | None = None
 ) -> QuerySet[Workload]:
     """Return the tenant's workloads, newest first, with project, pool and owner; narrowed to a state,
-    a project slug, a kind and an owner when given."""
+    a project slug, a kind and an owner when given. Each carries `on_simulated_node`: whether any attempt
+    was placed on a simulated node (its output is made up), for the list to say so."""
     workloads = job_selectors.workloads_for_tenant(state=state or None, kind=kind or None, owner=owner)
+    simulated = Allocation.objects.filter(workload=OuterRef("pk"), node__runtime=RuntimeKind.SIMULATED)
+    workloads = workloads.annotate(on_simulated_node=Exists(simulated))
     return workloads.filter(project__slug=project) if project else workloads
 
 

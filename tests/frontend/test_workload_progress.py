@@ -168,6 +168,9 @@ def test_a_workload_on_a_simulated_node_says_so_on_its_page_and_above_its_log(te
     page = logged_in("viewer_a").get(f"/t/tenant-a/workloads/{job.pk}/").content.decode()
     assert 'id="simulated-note"' in page and "simulated node" in page
     assert 'id="log-simulated"' in page and "Simulated output" in page
+    listed = logged_in("viewer_a").get("/t/tenant-a/workloads/").content.decode()
+    row = listed.split(f'data-workload="{job.pk}"')[1].split("</tr>")[0]
+    assert 'class="badge badge-sim"' in row, "the list says so too"
 
 
 def test_a_real_node_shows_no_simulated_note(team: World) -> None:
@@ -176,6 +179,8 @@ def test_a_real_node_shows_no_simulated_note(team: World) -> None:
     transition_workload(workload_id=job.pk, from_states=[WorkloadState.PENDING], to_state=WorkloadState.CANCELLED)
     page = logged_in("member_a").get(f"/t/tenant-a/workloads/{job.pk}/").content.decode()
     assert "simulated-note" not in page and "log-simulated" not in page
+    listed = logged_in("member_a").get("/t/tenant-a/workloads/").content.decode()
+    assert "badge-sim" not in listed.split(f'data-workload="{job.pk}"')[1].split("</tr>")[0]
     assert reason_label(ReasonCode.QUOTA_LIMIT) == "Quota limit reached"
 
 
