@@ -69,8 +69,20 @@ def _illegal(current: Workload, requested: WorkloadState, rule: str) -> Conflict
     )
 
 
-def _reloaded(workload: Workload) -> Workload:
-    return Workload.all_tenants.select_related("project", "pool", "owner").get(pk=workload.pk)
+def reloaded(workload: Workload) -> Workload:
+    """Return `workload` read again with its project, pool, owner and tenant, as an action answers it."""
+    return Workload.all_tenants.select_related("project", "pool", "owner", "tenant").get(pk=workload.pk)
+
+
+def record_action(*, actor: Actor, action: str, workload: Workload, before: str, new_attempt: bool = False) -> None:
+    """Audit `actor`'s `action` on `workload` (its state `before` -> now; with `new_attempt`, the attempt too)
+    and ask for a scheduling pass: GPUs come free, or work joins the queue."""
+    old: dict[str, str | int] = {"state": before}
+    new: dict[str, str | int] = {"state": workload.state}
+    if new_attempt:
+        old["attempt"], new["attempt"] = workload.attempt - 1, workload.attempt
+    record_audit_event(actor=actor, action=action, obj=workload, tenant_id=workload.tenant_id, before=old, after=new)
+    request_scheduling_pass()
 
 
 @transaction.atomic
@@ -92,18 +104,10 @@ def cancel_workload(*, actor: Actor, workload: Workload) -> Workload:
         reason_code=ReasonCode.STOPPED_BY_USER if running else ReasonCode.CANCELLED_BY_USER,
         message=f"{verb} by {actor.label}.",
     )
-    current = _reloaded(workload)
+    current = reloaded(workload)
     if not moved:
         raise _illegal(current, WorkloadState.CANCELLED, "only unfinished workloads can be cancelled")
-    record_audit_event(
-        actor=actor,
-        action="workload.cancel",
-        obj=current,
-        tenant_id=current.tenant_id,
-        before={"state": before},
-        after={"state": current.state},
-    )
-    request_scheduling_pass()
+    record_action(actor=actor, action="workload.cancel", workload=current, before=before)
     return current
 
 
@@ -135,16 +139,8 @@ def restart_workload(*, actor: Actor, workload: Workload) -> Workload:
         submitted_at=now,
         **next_attempt_fields(),
     )
-    current = _reloaded(workload)
+    current = reloaded(workload)
     if not moved:
         raise _illegal(current, WorkloadState.PENDING, "only ended workloads can be restarted")
-    record_audit_event(
-        actor=actor,
-        action="workload.restart",
-        obj=current,
-        tenant_id=current.tenant_id,
-        before={"state": before, "attempt": current.attempt - 1},
-        after={"state": current.state, "attempt": current.attempt},
-    )
-    request_scheduling_pass()
+    record_action(actor=actor, action="workload.restart", workload=current, before=before, new_attempt=True)
     return current

@@ -19,12 +19,10 @@ from common.errors import Conflict
 from jobs.choices import ACTIVE_STATES, ReasonCode, WorkloadKind, WorkloadState
 from jobs.jupyter import JupyterClient, JupyterUnavailable
 from jobs.models import Allocation, Replica, Workload
-from jobs.services.actions import check_rules_again, require_actor
+from jobs.services.actions import check_rules_again, record_action, reloaded, require_actor
 from jobs.services.lifecycle import next_attempt_fields, transition_workload
 from jobs.services.stopping import stop_workload
-from jobs.triggers import request_scheduling_pass
 from tenants.context import Actor
-from tenants.services.audit import record_audit_event
 
 HIBERNATABLE_STATES: tuple[WorkloadState, ...] = tuple(ACTIVE_STATES)
 # States a resumed notebook may already be in: a second Resume (a double click, a retried call) is a no-op.
@@ -39,10 +37,6 @@ def _require_owner_or_admin(actor: Actor, workload: Workload) -> None:
             code="not_a_notebook",
             details={"kind": workload.kind},
         )
-
-
-def _reloaded(workload: Workload) -> Workload:
-    return Workload.all_tenants.select_related("project", "pool", "owner", "tenant").get(pk=workload.pk)
 
 
 def remember_lab_path(workload: Workload, *, client: JupyterClient | None = None) -> None:
@@ -72,7 +66,7 @@ def hibernate_notebook(*, actor: Actor, workload: Workload) -> Workload:
     """
     _require_owner_or_admin(actor, workload)
     if workload.state == WorkloadState.HIBERNATED:
-        return _reloaded(workload)
+        return reloaded(workload)
     remember_lab_path(workload)  # before the stop: Jupyter answers only while it runs
     return _hibernate(actor, workload)
 
@@ -87,7 +81,7 @@ def _hibernate(actor: Actor, workload: Workload) -> Workload:
         reason_code=ReasonCode.HIBERNATED_BY_USER,
         message=f"Hibernated by {actor.label}: its GPU is free, its files are kept; Resume brings it back.",
     )
-    current = _reloaded(workload)
+    current = reloaded(workload)
     if not moved and current.state != WorkloadState.HIBERNATED:
         raise Conflict(
             f"Notebook {current.name} is {current.state}; only a queued or running notebook can be hibernated.",
@@ -95,15 +89,7 @@ def _hibernate(actor: Actor, workload: Workload) -> Workload:
             details={"current_state": current.state, "requested_state": WorkloadState.HIBERNATED.value},
         )
     if moved:
-        record_audit_event(
-            actor=actor,
-            action="workload.hibernate",
-            obj=current,
-            tenant_id=current.tenant_id,
-            before={"state": before},
-            after={"state": current.state},
-        )
-        request_scheduling_pass()
+        record_action(actor=actor, action="workload.hibernate", workload=current, before=before)
     return current
 
 
@@ -119,7 +105,7 @@ def resume_notebook(*, actor: Actor, workload: Workload) -> Workload:
     `illegal_transition` for an ended notebook: restart it instead).
     """
     _require_owner_or_admin(actor, workload)
-    current = _reloaded(workload)
+    current = reloaded(workload)
     if current.state in RESUMED_STATES:
         return current
     if Allocation.all_tenants.filter(workload_id=workload.pk, released_at__isnull=True).exists():
@@ -137,7 +123,7 @@ def resume_notebook(*, actor: Actor, workload: Workload) -> Workload:
         submitted_at=timezone.now(),
         **next_attempt_fields(),
     )
-    resumed = _reloaded(workload)
+    resumed = reloaded(workload)
     if not moved:
         if resumed.state in RESUMED_STATES:
             return resumed
@@ -146,15 +132,9 @@ def resume_notebook(*, actor: Actor, workload: Workload) -> Workload:
             code="illegal_transition",
             details={"current_state": resumed.state, "requested_state": WorkloadState.PENDING.value},
         )
-    record_audit_event(
-        actor=actor,
-        action="workload.resume",
-        obj=resumed,
-        tenant_id=resumed.tenant_id,
-        before={"state": WorkloadState.HIBERNATED.value, "attempt": resumed.attempt - 1},
-        after={"state": resumed.state, "attempt": resumed.attempt},
+    record_action(
+        actor=actor, action="workload.resume", workload=resumed, before=WorkloadState.HIBERNATED.value, new_attempt=True
     )
-    request_scheduling_pass()
     return resumed
 
 
