@@ -86,3 +86,23 @@ def test_another_tenants_token_sees_none_of_tenant_as_workloads(platform: Platfo
         assert stream.value.exit_code == 5
     assert Workload.all_tenants.get(pk=held).state == WorkloadState.RUNNING, "the outsider's cancel did nothing"
     assert platform.member("cancel", str(held)).returncode == 0
+
+
+def test_volumes_ls_lists_what_the_members_workloads_mount_and_never_another_tenants(platform: Platform) -> None:
+    gpc = platform.member
+    held = _submit(gpc, "held", 1)
+    reached(held, WorkloadState.RUNNING)  # its launch made the member's home and the project's volume
+    found = json.loads(gpc("-o", "json", "volumes", "ls").stdout)
+    mounted = {(v["kind"], v["mount_path"], v["can_write"]) for v in found}
+    assert ("home", "/home/member_a", True) in mounted and ("project", "/projects/alpha", True) in mounted, found
+    table = gpc("volumes", "ls")
+    assert table.returncode == 0, table.stderr
+    assert _cells(table.stdout, "home")[2] == "/home/member_a"
+    assert _cells(table.stdout, "home")[-1] == "rw"
+
+    outsider = Gpc(platform.member.config.with_name("outsider.yaml"))
+    outsider.login(platform.url, new_token(platform.world.admin_b, platform.world.tenant_b))
+    theirs = json.loads(outsider("-o", "json", "volumes", "ls").stdout)
+    assert not {v["id"] for v in theirs} & {v["id"] for v in found}, "tenant B sees none of tenant A's volumes"
+    assert all(v["mount_path"] != "/home/member_a" for v in theirs)
+    assert gpc("cancel", str(held)).returncode == 0
