@@ -81,13 +81,35 @@ def run_pass(*, now: datetime | None = None, config: core.SchedulerConfig | None
     """
     result = _run_pass_once(now, config)
     if result is None:
-        cache.set(PASS_WANTED_KEY, 1, timeout=PASS_WANTED_SECONDS)
+        _leave_wish()
         result = _run_pass_once(now, config)
         if result is None:
             return None  # the holder ends after the wish was left: it asks for the pass
-    if cache.delete(PASS_WANTED_KEY):
+    if _take_wish():
         enqueue_scheduling_pass()
     return result
+
+
+def _leave_wish() -> None:
+    """Ask the pass that holds the lock for one more pass after it; best effort (see `_take_wish`)."""
+    try:
+        cache.set(PASS_WANTED_KEY, 1, timeout=PASS_WANTED_SECONDS)
+    except Exception:
+        log.warning("could not leave a wish for another scheduling pass (cache unavailable)", exc_info=True)
+
+
+def _take_wish() -> bool:
+    """Return whether a pass was wished for while this one ran, and clear the wish; never raises.
+
+    The wish lives in the cache, which is only transport: with the cache
+    down a wish is lost, never a pass or its commit, and the periodic pass
+    sees whatever the lost wish was for.
+    """
+    try:
+        return bool(cache.delete(PASS_WANTED_KEY))
+    except Exception:
+        log.warning("could not read the wish for another scheduling pass (cache unavailable)", exc_info=True)
+        return False
 
 
 def _run_pass_once(now: datetime | None, config: core.SchedulerConfig | None) -> PassResult | None:

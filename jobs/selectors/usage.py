@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from jobs.choices import ACTIVE_STATES, WorkloadState
 from jobs.models import Allocation, Workload
@@ -57,10 +58,22 @@ def _gpus_held(allocations: QuerySet[Allocation], owner: str) -> dict[tuple[int,
     return held
 
 
-def _workload_counts(states: frozenset[str] | set[str]) -> dict[tuple[int, int], int]:
-    """Return {(project id, pool id): workloads in `states`} of the tenant in scope, in one query."""
-    rows = Workload.objects.filter(state__in=states).values("project_id", "pool_id").annotate(n=Count("id"))
-    return {(row["project_id"], row["pool_id"]): row["n"] for row in rows}
+Counts = dict[Any, tuple[int, int]]
+"""{group: (workloads placed or running, workloads waiting)}."""
+
+
+def _counts(*group: str) -> Counts:
+    """Return the tenant in scope's running and pending workloads by `group` (field names), in one query."""
+    rows = (
+        Workload.objects.filter(state__in=[*ACTIVE_STATES, WorkloadState.PENDING])
+        .values(*group)
+        .annotate(
+            running=Count("id", filter=Q(state__in=ACTIVE_STATES)),
+            pending=Count("id", filter=Q(state=WorkloadState.PENDING)),
+        )
+    )
+    key = (lambda row: row[group[0]]) if len(group) == 1 else (lambda row: tuple(row[name] for name in group))
+    return {key(row): (row["running"], row["pending"]) for row in rows}
 
 
 def project_use_in_scope() -> list[QuotaUse]:
@@ -69,8 +82,7 @@ def project_use_in_scope() -> list[QuotaUse]:
     By project slug and pool name; three queries.
     """
     held = _gpus_held(Allocation.objects.all(), "workload__project_id")
-    running = _workload_counts(set(ACTIVE_STATES))
-    pending = _workload_counts({WorkloadState.PENDING})
+    counts = _counts("project_id", "pool_id")
     quotas = ProjectQuota.objects.select_related("project", "pool").order_by("project__slug", "pool__name")
     return [
         QuotaUse(
@@ -79,8 +91,7 @@ def project_use_in_scope() -> list[QuotaUse]:
             q.guaranteed,
             q.limit,
             held[(q.project_id, q.pool_id)],
-            running.get((q.project_id, q.pool_id), 0),
-            pending.get((q.project_id, q.pool_id), 0),
+            *counts.get((q.project_id, q.pool_id), (0, 0)),
         )
         for q in quotas
     ]
@@ -90,11 +101,10 @@ def quota_use_in_scope() -> list[QuotaUse]:
     """Return the tenant's own quotas (project None), then its projects', each with what is held and waits there.
 
     A tenant row sums its projects' work in that pool, those without a
-    project quota of their own included. Five queries.
+    project quota of their own included. Six queries.
     """
     held = _gpus_held(Allocation.objects.all(), "tenant_id")
-    running = _pool_counts(set(ACTIVE_STATES))
-    pending = _pool_counts({WorkloadState.PENDING})
+    counts = _counts("pool_id")
     tenant_rows = [
         QuotaUse(
             None,
@@ -102,18 +112,11 @@ def quota_use_in_scope() -> list[QuotaUse]:
             q.guaranteed,
             q.limit,
             held[(q.tenant_id, q.pool_id)],
-            running.get(q.pool_id, 0),
-            pending.get(q.pool_id, 0),
+            *counts.get(q.pool_id, (0, 0)),
         )
         for q in TenantQuota.objects.select_related("pool").order_by("pool__name")
     ]
     return [*tenant_rows, *project_use_in_scope()]
-
-
-def _pool_counts(states: set[str]) -> dict[int, int]:
-    """Return {pool id: workloads in `states`} of the tenant in scope, in one query."""
-    rows = Workload.objects.filter(state__in=states).values("pool_id").annotate(n=Count("id"))
-    return {row["pool_id"]: row["n"] for row in rows}
 
 
 def allocation_by_pool_and_tenant() -> list[TenantAllocation]:
