@@ -27,11 +27,16 @@ from tenants.context import Actor
 from tests.conftest import World
 
 VENV_BIN = Path(sys.executable).parent
+GENERATED = "generated_gpucloud_api"
 
 
 @pytest.fixture
 def generated(tmp_path: Path, world: World) -> Iterator[ModuleType]:
-    """Generate the client from the console's own schema and import it as `gpucloud_client`."""
+    """Generate the client from the console's own schema and import it as `GENERATED`.
+
+    Not as `gpucloud_client`, the generator's default: that is our own client package, which other tests
+    in the same process import (the generated one would shadow it, or be shadowed by it).
+    """
     schema = Client().get("/api/v1/schema/?format=json")
     assert schema.status_code == 200
     (tmp_path / "schema.json").write_text(json.dumps(json.loads(schema.content)))
@@ -45,7 +50,7 @@ def generated(tmp_path: Path, world: World) -> Iterator[ModuleType]:
             "--meta",
             "none",
             "--output-path",
-            str(tmp_path / "gpucloud_client"),
+            str(tmp_path / GENERATED),
         ],
         capture_output=True,
         text=True,
@@ -58,15 +63,15 @@ def generated(tmp_path: Path, world: World) -> Iterator[ModuleType]:
     assert "Warning" not in run.stdout + run.stderr, "the schema generates without warnings: " + run.stdout
     sys.path.insert(0, str(tmp_path))
     try:
-        yield importlib.import_module("gpucloud_client")
+        yield importlib.import_module(GENERATED)
     finally:
         sys.path.remove(str(tmp_path))
-        for name in [name for name in sys.modules if name.split(".")[0] == "gpucloud_client"]:
+        for name in [name for name in sys.modules if name.split(".")[0] == GENERATED]:
             del sys.modules[name]
 
 
 def _call(module: str, **kwargs: Any) -> Any:
-    return importlib.import_module(f"gpucloud_client.api.{module}").sync_detailed(**kwargs)
+    return importlib.import_module(f"{GENERATED}.api.{module}").sync_detailed(**kwargs)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -80,7 +85,7 @@ def test_a_client_generated_from_the_schema_drives_the_console(
         actor=Actor(user=world.operator), tenant=None, name="gen-op", role="operator", expires_in_days=1
     ).secret
     client = generated.AuthenticatedClient(base_url=live_server.url, token=admin, raise_on_unexpected_status=True)
-    models = importlib.import_module("gpucloud_client.models")
+    models = importlib.import_module(f"{GENERATED}.models")
 
     me = _call("me.me_retrieve", client=client)
     assert me.status_code == 200 and isinstance(me.parsed, models.Me)
