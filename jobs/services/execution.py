@@ -31,8 +31,9 @@ from jobs.services.lifecycle import transition_workload
 
 # torchrun's default rendezvous port; each container has its own network namespace.
 MASTER_PORT = 29500
-# Process-runtime gangs share the host's ports: each workload gets its own from this range.
-_PROCESS_PORT_BASE, _PROCESS_PORT_SPAN = 20000, 20000
+# Process-runtime gangs share the host's ports: each workload gets its own from this range, kept below Linux's
+# ephemeral ports (32768 and up by default), which any outgoing connection of the host may hold at the time.
+_PROCESS_PORT_BASE, _PROCESS_PORT_SPAN = 20000, 12000
 
 
 @dataclass
