@@ -88,6 +88,19 @@ def _stop(actor: Any, name: str) -> None:
     time.sleep(0.6)  # past the pass trigger's debounce window
 
 
+def _leave(tab: Any) -> None:
+    """Navigate `tab` to about:blank; JupyterLab may redirect it meanwhile (its workspace reset): try again."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    for _ in range(5):
+        try:
+            tab.goto("about:blank")
+            return
+        except PlaywrightError:
+            time.sleep(0.3)
+    tab.goto("about:blank")
+
+
 def _runs(console: str, cookie: str, actor: Any, count: int, image: str, gpus: int) -> list[float]:
     from playwright.sync_api import sync_playwright
 
@@ -107,7 +120,7 @@ def _runs(console: str, cookie: str, actor: Any, count: int, image: str, gpus: i
             print(f"run {run}: {seconds[-1]:.2f} s", file=sys.stderr, flush=True)
             # Leave JupyterLab (goto, which has a timeout): closing a context with a live lab tab can wait forever.
             for opened in context.pages:
-                opened.goto("about:blank")
+                _leave(opened)
             _stop(actor, f"nb-{run}")
     return seconds  # the browser goes with this process (os._exit in main)
 
