@@ -50,8 +50,10 @@ class Terminal:
             + f"{shlex.join([str(GPC), *args])}\n"
             + 'printf "\\ngpc exited %s\\n" "$?"\n'
             # The modes a shell prompt needs back: canonical line input and echo ("-icanon" if left off).
+            # The line ends in "(end)": a screen read while the shell is still printing it is not taken for it.
+            + "printf 'modes: '\n"
             + "stty -a | tr ' ;' '\\n\\n' | grep -Ex -- '-?(icanon|echo)' | tr '\\n' ' '\n"
-            + "echo\nexec sleep 600\n"
+            + "echo '(end)'\nexec sleep 600\n"
         )
         script.chmod(0o700)
         self.tmux("new-session", "-d", "-x", "160", "-y", "40", "-s", "gpc", str(script))
@@ -76,9 +78,9 @@ class Terminal:
     def quit_and_check_restored(self) -> str:
         """Press q; return the screen once gpc exited 0 and the terminal is in line mode with echo again."""
         self.tmux("send-keys", "-t", "gpc", "q")
-        screen = self.until(lambda text: "gpc exited" in text)
+        screen = self.until(lambda text: "gpc exited" in text and "(end)" in text)
         assert "gpc exited 0" in screen, screen
-        assert re.search(r"(?m)^icanon echo\s*$", screen), f"terminal modes not restored:\n{screen}"
+        assert re.search(r"(?m)^modes: icanon echo \(end\)\s*$", screen), f"terminal modes not restored:\n{screen}"
         assert not self.alternate_screen()
         return screen
 
