@@ -26,6 +26,9 @@ HEALTH_CHECK_PURPOSE = "health-check"
 _TAIL_LINES = 3
 _POLL_INTERVAL = 0.05
 _MAX_POLL_INTERVAL = 0.5
+_ENGINE_TIMEOUT = 30.0
+"""Seconds one engine call (start) may take: apart from the check's own run time,
+so that a slow engine on a busy host is not mistaken for a check that overran."""
 
 
 def run_health_check(
@@ -36,8 +39,9 @@ def run_health_check(
     The workload is uniquely named (`gpucloud-health-<hex>`) and labelled
     `gpucloud.purpose=health-check`. A non-zero exit carries the last
     lines of output in `message`. When it is still running at `timeout`
-    it is killed and the returned status says so. Raises DriverError when
-    the runtime refuses or cannot start it.
+    it is killed and the returned status says so; `timeout` counts from
+    the moment it started, not from the request to start it. Raises
+    DriverError when the runtime refuses or cannot start it.
     """
     token = uuid.uuid4().hex[:12]
     spec = WorkloadSpec(
@@ -51,8 +55,8 @@ def run_health_check(
         resources=Resources(cpus=1.0, memory_mb=512, pids=256),
         labels={LABEL_PURPOSE: HEALTH_CHECK_PURPOSE},
     )
+    handle = runtime.start(spec, timeout=max(timeout, _ENGINE_TIMEOUT))
     deadline = time.monotonic() + timeout
-    handle = runtime.start(spec, timeout=timeout)
     try:
         status = _wait(runtime, handle, deadline)
         if status.state != "exited":
