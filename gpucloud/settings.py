@@ -60,6 +60,8 @@ INSTALLED_APPS = [
     "tenants",
     "inventory",
     "jobs",
+    "accounting",
+    "notifications",
     "frontend",
 ]
 
@@ -238,6 +240,8 @@ NOTEBOOK_IDLE_TIMEOUT_SECONDS = env_int("NOTEBOOK_IDLE_TIMEOUT_SECONDS", 3600, m
 NOTEBOOK_IDLE_WARNING_SECONDS = env_int("NOTEBOOK_IDLE_WARNING_SECONDS", 600, minimum=0)
 NOTEBOOK_IDLE_UTILIZATION = env_int("NOTEBOOK_IDLE_UTILIZATION", 5, minimum=0, maximum=100)
 NOTEBOOK_COMMAND = env_list("NOTEBOOK_COMMAND", ["jupyter", "lab"])
+# Accounting: the currency prices are in (an ISO 4217 code, shown beside every amount).
+ACCOUNTING_CURRENCY = (env_str("ACCOUNTING_CURRENCY", "USD") or "USD").upper()
 # Days workload logs are kept unless the tenant sets its own retention.
 LOG_RETENTION_DAYS = env_int("LOG_RETENTION_DAYS", 30, minimum=1, maximum=3650)
 # Address the Docker runtime publishes workloads' service ports on (the proxy must reach it).
@@ -251,6 +255,27 @@ VOLUME_UPLOAD_MAX_BYTES = env_int("VOLUME_UPLOAD_MAX_BYTES", 20 * 1024**3, minim
 VOLUME_USAGE_SECONDS = env_int("VOLUME_USAGE_SECONDS", 300, minimum=10, maximum=86400)
 # How often an agent looks at its running jobs' checkpoint directories (inventory/agent/checkpoints.py).
 CHECKPOINT_SCAN_SECONDS = env_int("CHECKPOINT_SCAN_SECONDS", 15, minimum=1, maximum=3600)
+
+# --- Notifications (docs/notifications.md) -----------------------------------------
+# E-mail goes through Django's SMTP settings; it is on when EMAIL_HOST is set (or NOTIFICATIONS_EMAIL=1).
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost") or "localhost"
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "") or ""
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1, maximum=300)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpucloud@localhost") or "gpucloud@localhost"
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL are exclusive: set one of them.")
+NOTIFICATIONS_EMAIL = env_bool("NOTIFICATIONS_EMAIL", env_str("EMAIL_HOST") is not None)
+# Webhooks may go to private networks (on-prem receivers); link-local and metadata addresses never.
+NOTIFICATIONS_WEBHOOK_ALLOW_PRIVATE = env_bool("NOTIFICATIONS_WEBHOOK_ALLOW_PRIVATE", False)
+NOTIFICATIONS_WEBHOOK_TIMEOUT_SECONDS = env_int("NOTIFICATIONS_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1, maximum=60)
+# Attempts per delivery, and the back-off between them: the base doubles per attempt up to the maximum.
+NOTIFICATIONS_MAX_ATTEMPTS = env_int("NOTIFICATIONS_MAX_ATTEMPTS", 8, minimum=1, maximum=30)
+NOTIFICATIONS_RETRY_BASE_SECONDS = env_int("NOTIFICATIONS_RETRY_BASE_SECONDS", 30, minimum=0, maximum=3600)
+NOTIFICATIONS_RETRY_MAX_SECONDS = env_int("NOTIFICATIONS_RETRY_MAX_SECONDS", 3600, minimum=1, maximum=86400)
 
 # --- Telemetry -----------------------------------------------------------------
 # Days per-minute GPU rollups (charts, idle reclaim, usage accounting) are kept.
@@ -273,6 +298,10 @@ CELERY_BEAT_SCHEDULE = {
     "measure-volume-usage": {"task": "inventory.measure_volume_usage", "schedule": float(VOLUME_USAGE_SECONDS)},
     "purge-expired-logs": {"task": "jobs.purge_expired_logs", "schedule": 3600.0},
     "purge-telemetry": {"task": "inventory.purge_telemetry", "schedule": 86400.0},
+    "send-due-notifications": {"task": "notifications.send_due_deliveries", "schedule": 10.0},
+    "roll-up-usage": {"task": "accounting.roll_up_usage", "schedule": 600.0},
+    "expire-increase-requests": {"task": "accounting.expire_increase_requests", "schedule": 60.0},
+    "announce-budget-thresholds": {"task": "accounting.announce_budget_thresholds", "schedule": 60.0},
 }
 
 # django-axes' backend comes first: it refuses a locked-out login before any password is checked.

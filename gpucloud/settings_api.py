@@ -79,6 +79,8 @@ SCHEMA_SETTINGS = {
         "VolumeKindEnum": "inventory.choices.VolumeKind",
         "StorageKindEnum": "inventory.choices.StorageKind",
         "FileKindEnum": "inventory.choices.FileKind",
+        "EventKindEnum": "notifications.choices.EventKind",
+        "DeliveryStateEnum": "notifications.choices.DeliveryState",
     },
 }
 """SPECTACULAR_SETTINGS: the schema's title, its error responses (common.api.schema) and the enums' names."""

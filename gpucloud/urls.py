@@ -6,9 +6,11 @@ from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from accounting.api import urls as accounting_api
 from gpucloud import views
 from inventory.api import urls as inventory_api
 from jobs.api import urls as jobs_api
+from notifications.api import urls as notifications_api
 from tenants.api import urls as tenants_api
 
 api_v1: list[URLPattern | URLResolver] = [
@@ -17,9 +19,13 @@ api_v1: list[URLPattern | URLResolver] = [
     path("tenants/<str:tenant>/", include(tenants_api.tenant.urls)),
     path("tenants/<str:tenant>/", include(jobs_api.tenant.urls)),
     path("tenants/<str:tenant>/", include(inventory_api.tenant.urls)),
+    path("tenants/<str:tenant>/", include(accounting_api.tenant.urls)),
+    path("tenants/<str:tenant>/", include(notifications_api.tenant.urls)),
     path("", include(tenants_api.platform.urls)),
     path("", include(inventory_api.platform.urls)),
     path("", include(jobs_api.platform.urls)),
+    path("", include(accounting_api.platform.urls)),
+    path("", include(notifications_api.platform.urls)),
 ]
 
 handler500 = "gpucloud.views.server_error"

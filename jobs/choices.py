@@ -87,6 +87,7 @@ class ReasonCode(models.TextChoices):
     UNKNOWN_POOL = Reason.UNKNOWN_POOL.value, "Unknown pool"
     DEDICATED_POOL = Reason.DEDICATED_POOL.value, "Pool dedicated to another tenant"
     NO_STORAGE = Reason.NO_STORAGE.value, "No node can mount its volumes"
+    BUDGET = Reason.BUDGET.value, "Budget used up"
     WAITING_FOR_FAIRER_WORK = Reason.WAITING_FOR_FAIRER_WORK.value, "Waiting behind fairer work"
     WAITING_FOR_HIGHER_PRIORITY = Reason.WAITING_FOR_HIGHER_PRIORITY.value, "Waiting behind higher-priority work"
     BEHIND_QUEUE_HEAD = Reason.BEHIND_QUEUE_HEAD.value, "Behind the head of the queue"

@@ -138,7 +138,12 @@ class Allocation(TenantOwnedModel):
 
     class Meta:
         ordering = ["workload_id", "replica", "id"]
-        indexes = [models.Index(fields=["node"], condition=Q(released_at__isnull=True), name="allocation_active_node")]
+        indexes = [
+            models.Index(fields=["node"], condition=Q(released_at__isnull=True), name="allocation_active_node"),
+            # Usage reports read a tenant's allocations that overlap a period (accounting.selectors):
+            # without it a tenant's month scans every allocation the tenant ever held.
+            models.Index(fields=["tenant", "released_at"], name="allocation_tenant_released"),
+        ]
         constraints = [
             # A GPU is never in two active allocations: the database refuses it, whatever the code does.
             models.UniqueConstraint(

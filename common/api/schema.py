@@ -5,8 +5,8 @@ component). Which statuses an operation can return follows from its shape:
 
 - 400 when it takes a body or query parameters, or writes (validation);
 - 401 and 403 always (every operation needs a credential, most a role);
-- 404 when its path names an object (or a tenant), or it lists (a page
-  past the last one);
+- 404 when its path names an object (or a tenant), it lists (a page
+  past the last one), or it takes `format` (a format the route does not render);
 - 409 when it writes (a concurrent change, a state that forbids it);
 - 413 and 415 when it takes a body (JSON only, at most 16 MiB);
 - 429 always while throttling is on (common.api.throttling), with `Retry-After`;
@@ -71,13 +71,13 @@ def error_statuses(method: str, operation: dict[str, Any], *, throttled: bool = 
     `throttled`: whether the API's throttles are on, so that any operation may answer 429.
     """
     kinds = {parameter.get("in") for parameter in operation.get("parameters", [])}
-    lists = "page" in {parameter.get("name") for parameter in operation.get("parameters", [])}
+    names = {parameter.get("name") for parameter in operation.get("parameters", [])}
     statuses = ["401", "403", "500"] + (["429"] if throttled else [])
     if "requestBody" in operation or "query" in kinds or method in _WRITES - {"delete"}:
         statuses.append("400")
     if "requestBody" in operation:
         statuses += ["413", "415"]
-    if "path" in kinds or lists:
+    if "path" in kinds or "page" in names or "format" in names:
         statuses.append("404")
     if method in _WRITES:
         statuses.append("409")

@@ -17,6 +17,7 @@ from django.utils.text import slugify
 from common.errors import Conflict
 from frontend import forms
 from frontend.access import Page, tenant_view
+from frontend.views.budgets import launch_notes_for_form
 from inventory.models import NodePool
 from inventory.selectors import pool_capacity, pools_open_to_tenant
 from jobs import selectors as job_selectors
@@ -117,6 +118,7 @@ def launch(request: HttpRequest, page: Page) -> HttpResponse:
     if form.is_bound:
         chosen = choices.preset(form.data.get(form.add_prefix("preset")))
     context = {"page": page, "form": form, "presets": choices.presets, "preset": chosen, "projects": choices.projects}
+    context["budget_notes"] = launch_notes_for_form(form, choices.projects)  # "may use up to N of your remaining M"
     # A refused launch is bad input: the page says which fields and why, with a 400 as the API answers.
     return render(request, "frontend/launch.html", context, status=400 if form.errors else 200)
 

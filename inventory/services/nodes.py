@@ -18,6 +18,7 @@ from common.errors import Conflict, FieldErrors, add_errors, gather, invalid, ra
 from inventory.choices import LIVE_STATES, REASON_REQUIRED, NodeKind, NodeState, RuntimeKind, can_transition
 from inventory.holds import holds_on_nodes
 from inventory.models import Gpu, Node, NodeEvent, NodePool
+from notifications.services import notify_node_health
 from tenants.context import SYSTEM, Actor
 from tenants.services import record_audit_event, snapshot, update_audited
 from tenants.services.access import require_operator
@@ -89,6 +90,8 @@ def transition_node(
     record_node_event(
         node, kind="node.state_changed", message=message, actor=actor, from_state=current, to_state=target
     )
+    if NodeState.UNREACHABLE in (current, target) or NodeState.FAILED in (current, target):
+        notify_node_health(node=node.name, summary=message, data={"from_state": current, "to_state": str(target)})
     record_audit_event(
         actor=actor,
         action=action,

@@ -27,6 +27,7 @@ from inventory.models import Gpu, Node
 from inventory.selectors import UNKNOWN_AGENTS_KEY
 from inventory.services.nodes import record_node_event, resume_node, transition_node
 from inventory.services.rollups import roll_up_reports
+from notifications.services import notify_node_health
 from tenants.context import SYSTEM
 
 
@@ -105,6 +106,11 @@ def fail_gpu(gpu: Gpu, *, health: GpuHealth, reason: str) -> None:
     node = Node.objects.select_for_update().get(pk=gpu.node_id)
     record_node_event(
         node, kind="gpu.health_changed", gpu=gpu, message=f"GPU {gpu.index} {health}: {reason}", data={"reason": reason}
+    )
+    notify_node_health(
+        node=node.name,
+        summary=f"GPU {gpu.index} {health}: {reason}",
+        data={"gpu": gpu.index, "health": str(health), "reason": reason},
     )
     if health == GpuHealth.FAILED and node.state == NodeState.READY:
         transition_node(

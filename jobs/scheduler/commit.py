@@ -121,6 +121,8 @@ def _requeue_or_end(row: Row, preemption: core.Preemption, now: datetime, *, sto
 
 def _preemption_message(preemption: core.Preemption) -> str:
     cost = _cost(preemption.lost_gpu_seconds)
+    if preemption.reason is core.Reason.BUDGET:
+        return f"Stopped: {preemption.detail} {cost}"
     if preemption.reason is core.Reason.PRIORITY:
         return f"Preempted for higher-priority work in the same project (workload {preemption.for_workload}). {cost}"
     return (

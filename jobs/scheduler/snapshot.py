@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from accounting.budget_choices import HardAction
+from accounting.budgets import budget_states
 from inventory.choices import GpuHealth, NodeState, RuntimeKind, StorageKind
 from inventory.models import Gpu, Node, NodePool, StorageBackend
 from inventory.services.mounts import storage_needs
@@ -50,8 +52,10 @@ class Ledger:
 def build_snapshot(*, now: datetime, config: core.SchedulerConfig) -> tuple[core.Snapshot, Ledger]:
     """Return the snapshot of the ledger at `now`, and the ids the commit needs.
 
-    Seven queries, two more for the storage backends, and three more for
-    where pending work's volumes are when there is pending work.
+    Seven queries, two more for the storage backends, three more for
+    where pending work's volumes are when there is pending work, and one
+    for the budgets the core enforces (one more per period in use when
+    there are some: `accounting.budgets`).
     """
     ledger = Ledger()
     pools = list(NodePool.objects.values("id", "name", "placement_policy", "dedicated_tenant__slug"))
@@ -71,8 +75,27 @@ def build_snapshot(*, now: datetime, config: core.SchedulerConfig) -> tuple[core
         running=tuple(running),
         pending=tuple(pending),
         config=config,
+        budgets=_budgets(now),
     )
     return snapshot, ledger
+
+
+def _budgets(now: datetime) -> tuple[core.BudgetState, ...]:
+    """Return the budgets in force whose hard action the core enforces, with what their owners used."""
+    enforced = [HardAction.STOP_BORROWING.value, HardAction.STOP_RUNNING.value]
+    return tuple(
+        core.BudgetState(
+            tenant=state.budget.tenant.slug,
+            project=state.budget.project.slug if state.budget.project is not None else None,
+            action=core.BudgetAction(state.budget.hard_action),
+            used=float(state.used),
+            amount=float(state.amount),
+            unit=state.unit_label,
+            period=state.period_label,
+        )
+        for state in budget_states(now=now, actions=enforced)
+        if state.in_force
+    )
 
 
 def _pool(row: Row, with_nodes: set[str], in_service: set[str]) -> core.Pool:

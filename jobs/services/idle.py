@@ -39,6 +39,7 @@ from jobs.jupyter import ActivitySource, JupyterActivity, JupyterClient, Jupyter
 from jobs.models import Allocation, Replica, Workload, WorkloadEvent
 from jobs.selectors import minutes_while_held
 from jobs.services.stopping import stop_workload
+from notifications.services import notify_idle_warning
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.services.access import require_role
@@ -208,12 +209,15 @@ def _warn(workload: Workload, *, now: datetime, idle: float, stop_at: datetime) 
         return None
     remedy = "use it" if workload.idle_extended_at else "extend it or use it"
     when = f"{stop_at.astimezone(UTC):%H:%M} UTC"
-    _event(
-        workload,
-        "workload.idle_warning",
+    message = (
         f"Idle for {_duration(idle)}: this notebook will be hibernated at {when} unless you {remedy}. "
-        "Its files stay in your home; resume it any time from its page.",
+        "Its files stay in your home; resume it any time from its page."
     )
+    _event(workload, "workload.idle_warning", message)
+    notify_idle_warning(
+        tenant=workload.tenant, owner_id=workload.owner_id, workload_id=workload.pk, name=workload.name,
+        stop_at=stop_at, message=message,
+    )  # fmt: skip
     return now
 
 

@@ -19,6 +19,7 @@ from django.utils import timezone
 from jobs import live
 from jobs.choices import WorkloadState, can_transition
 from jobs.models import Allocation, Workload, WorkloadEvent
+from notifications.services import notify_workload_ended
 
 
 def next_attempt_fields() -> dict[str, Any]:
@@ -70,7 +71,7 @@ def transition_workload(
     row = (
         Workload.all_tenants.select_for_update()
         .filter(pk=workload_id, state__in=sources)
-        .values("tenant_id", "state")
+        .values("tenant_id", "state", "owner_id", "name", "kind")
         .first()
     )
     if row is None:
@@ -90,6 +91,11 @@ def transition_workload(
         message=message,
         created_at=now,
     )
+    if target in (WorkloadState.SUCCEEDED, WorkloadState.FAILED):
+        notify_workload_ended(
+            tenant_id=row["tenant_id"], owner_id=row["owner_id"], workload_id=workload_id, name=row["name"],
+            workload_kind=row["kind"], failed=target == WorkloadState.FAILED, reason_code=reason_code, message=message,
+        )  # fmt: skip
     live.publish_workload_changes([workload_id], state_changed=[workload_id])
     return True
 

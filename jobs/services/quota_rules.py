@@ -1,4 +1,5 @@
-"""Submission rules that read the ledger: quotas, count limits, the pool's GPU models and largest placement.
+"""Submission rules that read the ledger: quotas, count limits, the pool's GPU models and largest placement,
+and budgets.
 
 The reads (`limits_of`, `gpus_by_node`, `load_counts`) fetch what every
 item of a batch of submissions needs in one set-based query each, whatever
@@ -23,7 +24,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.utils import timezone
 
+from accounting.budget_choices import HardAction
+from accounting.budgets import BudgetState, budgets_holding
 from common.errors import invalid
 from inventory.choices import GpuHealth, NodeState
 from inventory.models import NodePool
@@ -300,3 +304,23 @@ def _check_cap(field: str, rule: str, have: int, new: int, cap: int | None, limi
     if new and cap is not None and have + new > cap:
         message = _CAP_MESSAGES[rule].format(have=have, new=new, cap=cap, pool=limit.pool.name)
         raise invalid(field, rule, message)
+
+
+def used_up_budgets(projects: Collection[Project]) -> dict[int, BudgetState]:
+    """Return, by project id, the used-up budget that refuses new work into each of `projects` that has one:
+    its own or its tenant's, with a hard action of refuse_new or more. A few queries for the whole batch,
+    one when no such budget exists (`accounting.budgets`)."""
+    return budgets_holding(projects, HardAction.REFUSE_NEW, now=timezone.now())
+
+
+def check_budget(project: Project, used_up: Mapping[int, BudgetState]) -> None:
+    """Raise ValidationError on `project` (rule `budget_exhausted`) when a used-up budget refuses new work
+    into it (`used_up` from `used_up_budgets`)."""
+    state = used_up.get(project.pk)
+    if state is not None:
+        raise invalid(
+            "project",
+            "budget_exhausted",
+            f"{state.describe()}: it is used up, and new work is refused until it is raised or its period "
+            "ends. Ask for more on the requests page.",
+        )

@@ -45,7 +45,9 @@ from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota
 from tenants.scoping import tenant_scope
+from tests.accounting import budget_factories
 from tests.conftest import PASSWORD, World, client_for
+from tests.notifications import factories as notification_factories
 
 Urls = Callable[[World, dict[str, Any]], str]
 Payload = Callable[[World, dict[str, Any]], dict[str, Any]]
@@ -211,6 +213,21 @@ def _workload_world(world: World) -> dict[str, Any]:
 
 def _workload_body(world: World, extra: dict[str, Any]) -> dict[str, Any]:
     return {"project": "alpha", "pool": "shared", "name": "fresh", "image": "busybox:1"}
+
+
+def _price(world: World) -> dict[str, Any]:
+    """A GPU price that takes effect tomorrow: the one kind an operator may still remove."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from accounting.models import Price
+
+    price = Price.objects.create(
+        resource="gpu", amount_per_hour=Decimal("2.5"), effective_from=timezone.now() + timedelta(days=1)
+    )
+    return {"pk": price.pk}
 
 
 def _allowed_image(world: World) -> dict[str, Any]:
@@ -467,6 +484,143 @@ CONTRACTS = [
         detail_url=None,  # one read: the tenant's quotas with what is held and waits
         read=Role.VIEWER,
         setup=_workload_world,
+    ),
+    Contract(
+        basename="budget",
+        list_url=_t("budgets/"),
+        detail_url=_t("budgets/{pk}/"),
+        read=Role.VIEWER,
+        setup=budget_factories.budget_world,
+        create=lambda w, x: {"project": "alpha", "unit": "money", "amount": "250"},
+        update=lambda w, x: {"amount": "150", "hard_action": "refuse_new"},
+        delete=True,
+    ),
+    Contract(
+        basename="platform-budget",
+        list_url=_p("budgets/"),
+        detail_url=_p("budgets/{own}/"),
+        read=Role.OPERATOR,
+        write=Role.OPERATOR,
+        tenant_scoped=False,
+        setup=budget_factories.budget_world,
+        create=lambda w, x: {"tenant": "tenant-a", "unit": "gpu_hours", "amount": "500"},
+        update=lambda w, x: {"amount": "900"},
+        delete=True,
+    ),
+    Contract(
+        basename="increase-request",
+        list_url=_t("increase-requests/"),
+        detail_url=_t("increase-requests/{pk}/"),
+        read=Role.VIEWER,
+        write=Role.MEMBER,
+        setup=budget_factories.request_world,
+        create=budget_factories.ask_body,
+        actions={"cancel": lambda w, x: {}},  # member_a asked it; a decider may withdraw it too
+        calls={
+            "increase-approve": Call(
+                "post", _t("increase-requests/{pk}/approve/"), Role.ADMIN, lambda w, x: {"note": "ok"}, "approve"
+            ),
+            "increase-refuse": Call(
+                "post", _t("increase-requests/{pk}/refuse/"), Role.ADMIN, lambda w, x: {"note": "no"}, "refuse"
+            ),
+        },
+    ),
+    Contract(
+        basename="accounting",
+        list_url=_t("accounting/?by=project,user"),
+        detail_url=None,  # one read: the tenant's usage report, and the same as CSV
+        read=Role.ADMIN,
+        setup=_workload_world,
+        calls={"accounting-csv": Call("get", _t("accounting/csv/?period=last-month"), Role.ADMIN, route="csv")},
+    ),
+    Contract(
+        basename="platform-accounting",
+        list_url=_p("accounting/?by=tenant,pool"),
+        detail_url=None,
+        read=Role.OPERATOR,
+        tenant_scoped=False,
+        setup=_workload_world,
+        calls={"platform-accounting-csv": Call("get", _p("accounting/csv/"), Role.OPERATOR, route="csv")},
+    ),
+    Contract(
+        basename="price",
+        list_url=_p("prices/"),
+        detail_url=_p("prices/{pk}/"),
+        read=Role.VIEWER,
+        write=Role.OPERATOR,
+        tenant_scoped=False,
+        setup=_price,
+        create=lambda w, x: {"resource": "gpu", "gpu_model": "NVIDIA H100 80GB HBM3", "amount_per_hour": "3.1"},
+        delete=True,
+    ),
+    Contract(
+        basename="webhook",
+        list_url=_t("webhooks/"),
+        detail_url=_t("webhooks/{pk}/"),
+        read=Role.ADMIN,
+        setup=notification_factories.webhook_world,
+        create=lambda w, x: {"url": "https://hooks.example.com/new", "kinds": ["workload.failed"]},
+        update=lambda w, x: {"description": "Changed"},
+        delete=True,
+        actions={"rotate-secret": lambda w, x: {}},
+    ),
+    Contract(
+        basename="webhook-delivery",
+        list_url=_t("webhook-deliveries/"),
+        detail_url=_t("webhook-deliveries/{pk}/"),
+        read=Role.ADMIN,
+        setup=notification_factories.delivery_world,
+    ),
+    Contract(
+        basename="notification-email",
+        list_url=_t("notification-emails/"),
+        detail_url=None,  # read-only list of the caller's own e-mails
+        read=Role.VIEWER,
+    ),
+    Contract(
+        basename="notification-preference",
+        list_url=_t("notification-preferences/"),
+        detail_url=_t("notification-preferences/workload.failed/"),
+        read=Role.VIEWER,
+        write=Role.VIEWER,  # everyone chooses their own
+        update=lambda w, x: {"email": True},
+    ),
+    Contract(
+        basename="platform-webhook",
+        list_url=_p("webhooks/"),
+        detail_url=_p("webhooks/{pk}/"),
+        read=Role.OPERATOR,
+        write=Role.OPERATOR,
+        tenant_scoped=False,
+        setup=notification_factories.platform_webhook_world,
+        create=lambda w, x: {"url": "https://ops.example.com/new", "kinds": ["node.health"]},
+        update=lambda w, x: {"description": "Changed"},
+        delete=True,
+        actions={"rotate-secret": lambda w, x: {}},
+    ),
+    Contract(
+        basename="platform-webhook-delivery",
+        list_url=_p("webhook-deliveries/"),
+        detail_url=_p("webhook-deliveries/{pk}/"),
+        read=Role.OPERATOR,
+        tenant_scoped=False,
+        setup=notification_factories.platform_delivery_world,
+    ),
+    Contract(
+        basename="platform-notification-email",
+        list_url=_p("notification-emails/"),
+        detail_url=None,
+        read=Role.OPERATOR,
+        tenant_scoped=False,
+    ),
+    Contract(
+        basename="platform-notification-preference",
+        list_url=_p("notification-preferences/"),
+        detail_url=_p("notification-preferences/node.health/"),
+        read=Role.OPERATOR,
+        write=Role.OPERATOR,
+        tenant_scoped=False,
+        update=lambda w, x: {"email": False},
     ),
     Contract(
         basename="allowed-image",

@@ -43,6 +43,7 @@ from tests.api.test_contract import (
     _workload_world,
 )
 from tests.conftest import World
+from tests.notifications import factories as notification_factories
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "6"))
 ROLES = ["operator", "admin", "member", "viewer", "anonymous"]
@@ -105,6 +106,9 @@ def objects(world: World) -> Objects:
         "volume": str(_shared_volume_world(world)["pk"]),
         "project:shares": "gamma",
         "name:storage-backends": "spare" if _storage_backend(world) else "",
+        "id:webhooks": str(notification_factories.webhook_world(world)["pk"]),
+        "id:webhook-deliveries": str(notification_factories.delivery_world(world)["pk"]),
+        "kind:notification-preferences": "workload.failed",
     }
     tokens = {role: _token(world, role) for role in ROLES}
     assert ApiToken.all_tenants.count() >= 4

@@ -34,6 +34,7 @@ from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Membership
 from tenants.services.tokens import create_token
+from tests.accounting import budget_factories
 from tests.api.test_contract import (
     LOSS,
     RANK,
@@ -41,6 +42,7 @@ from tests.api.test_contract import (
     _dual,
     _membership,
     _preset,
+    _price,
     _project_quota,
     _ready_node,
     _state,
@@ -49,6 +51,7 @@ from tests.api.test_contract import (
     _workload_world,
 )
 from tests.conftest import World
+from tests.notifications import factories as notification_factories
 
 Url = Callable[[World, dict[str, Any]], str]
 Form = Callable[[World, dict[str, Any]], dict[str, Any]]
@@ -128,6 +131,36 @@ PAGES = [
         get=False,
     ),
     PageRoute(
+        "budgets",
+        _t("budgets/"),
+        Role.VIEWER,
+        setup=budget_factories.budget_world,
+        post=lambda w, x: {"action": "budget", "project": "alpha", "unit": "money", "amount": "9"},
+    ),
+    PageRoute(
+        "budget_edit",
+        _t("budgets/{pk}/"),
+        Role.ADMIN,
+        setup=budget_factories.budget_world,
+        post=lambda w, x: {"action": "delete"},
+        get=False,
+    ),
+    PageRoute(
+        "requests",
+        _t("requests/"),
+        Role.VIEWER,
+        setup=budget_factories.request_world,
+        post=lambda w, x: {"action": "ask", "kind": "budget", "project": "alpha", "reason": "sneaky"},
+    ),
+    PageRoute(
+        "request_decide",
+        _t("requests/{pk}/cancel/"),
+        Role.MEMBER,  # the requester (member_a) withdraws it; deciders may too
+        setup=budget_factories.request_world,
+        post=lambda w, x: {},
+        get=False,
+    ),
+    PageRoute(
         "tokens", _t("tokens/"), Role.VIEWER, post=lambda w, x: {"name": "x", "role": "viewer", "expires_in_days": 7}
     ),
     PageRoute(
@@ -141,6 +174,9 @@ PAGES = [
     ),
     PageRoute("audit", _t("audit/"), Role.ADMIN),
     PageRoute("audit_export", _t("audit/export.csv"), Role.ADMIN),
+    PageRoute("usage", _t("usage/"), Role.ADMIN),
+    PageRoute("usage_export", _t("usage/export.csv"), Role.ADMIN),
+    PageRoute("statement", _t("usage/statement/"), Role.ADMIN),
     PageRoute("presets", _t("presets/"), Role.ADMIN, setup=_preset),
     PageRoute("preset_edit", _t("presets/{pk}/"), Role.ADMIN, setup=_preset, post=lambda w, x: {"delete": "1"}),
     PageRoute("queue", _t("queue/"), Role.VIEWER),
@@ -180,7 +216,41 @@ PAGES = [
     PageRoute("demo_fleet", _o("cluster/demo/"), None, post=lambda w, x: {}, get=False),
     PageRoute("ops_allocation", _o("allocation/"), None),
     PageRoute("ops_images", _o("images/"), None, setup=_image),
+    PageRoute("ops_usage", _o("usage/"), None),
+    PageRoute("ops_requests", _o("requests/"), None),
+    PageRoute("ops_usage_export", _o("usage/export.csv"), None),
+    PageRoute("ops_prices", _o("prices/"), None, post=lambda w, x: {"resource": "gpu", "amount_per_hour": "1"}),
+    PageRoute("ops_price_remove", _o("prices/{pk}/remove/"), None, setup=_price, post=lambda w, x: {}, get=False),
     PageRoute("ops_image_delete", _o("images/{pk}/delete/"), None, setup=_image, post=lambda w, x: {}, get=False),
+    PageRoute("notification_settings", _t("notifications/"), Role.VIEWER, post=lambda w, x: {"mail-save": "1"}),
+    PageRoute(
+        "webhooks",
+        _t("webhooks/"),
+        Role.ADMIN,
+        post=lambda w, x: {"add": "1", "hook-url": "https://hooks.example.com/x", "hook-kinds": ["workload.failed"]},
+    ),
+    PageRoute(
+        "webhook_edit",
+        _t("webhooks/{pk}/"),
+        Role.ADMIN,
+        setup=notification_factories.webhook_world,
+        post=lambda w, x: {"action": "remove"},
+        get=False,
+    ),
+    PageRoute(
+        "ops_webhooks",
+        _o("webhooks/"),
+        None,
+        post=lambda w, x: {"add": "1", "hook-url": "https://ops.example.com/x", "hook-kinds": ["node.health"]},
+    ),
+    PageRoute(
+        "ops_webhook_edit",
+        _o("webhooks/{pk}/"),
+        None,
+        setup=notification_factories.platform_webhook_world,
+        post=lambda w, x: {"action": "rotate"},
+        get=False,
+    ),
 ]
 BY_NAME = {page.name: page for page in PAGES}
 # Routes every visitor may reach, held to their own tests.

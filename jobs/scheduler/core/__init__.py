@@ -7,6 +7,8 @@ contract and a test enforce it). `schedule` is the one entry point.
 
 from jobs.scheduler.core.engine import schedule
 from jobs.scheduler.core.model import (
+    BudgetAction,
+    BudgetState,
     Decisions,
     Gpu,
     Node,
@@ -28,6 +30,8 @@ from jobs.scheduler.core.model import (
 )
 
 __all__ = [
+    "BudgetAction",
+    "BudgetState",
     "Decisions",
     "Gpu",
     "Node",

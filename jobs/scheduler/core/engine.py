@@ -8,7 +8,9 @@ priority, then the earliest submission, then the smallest id. A workload that
 does not fit is skipped, not waited for, so idle GPUs are never held back;
 the FIFO ordering (a baseline) stops at the first workload that does not fit.
 A workload that mounts volumes is only searched for on the nodes that can
-mount them (`storage.py`).
+mount them (`storage.py`). Before any of it, running work whose owner's
+used-up budget stops running work is preempted, and a used-up budget holds
+back its owner's pending work like a pool rule (`budgets.py`).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
+from jobs.scheduler.core.budgets import owner_of, used_up
 from jobs.scheduler.core.capacity import PoolCapacity, Take
 from jobs.scheduler.core.explain import Hints, capacity_reason, message, quota_message
-from jobs.scheduler.core.model import Decisions, Ordering, Reason, Snapshot, Waiting, Workload
+from jobs.scheduler.core.model import Decisions, Ordering, Preemption, Reason, Snapshot, Waiting, Workload, lost_work
 from jobs.scheduler.core.reclaim import Reclaimer
 from jobs.scheduler.core.state import PassState, project_key
 
@@ -47,13 +50,16 @@ def schedule(snapshot: Snapshot) -> Decisions:
     state = PassState(snapshot)
     config = snapshot.config
     preempting = config.preemption and config.ordering is Ordering.FAIRSHARE
+    if state.budgets:
+        _stop_over_budget(state, snapshot.running)
     queues: dict[str, list[Workload]] = defaultdict(list)
     for workload in snapshot.pending:
         queues[workload.pool].append(workload)
     running: dict[str, list[Workload]] = defaultdict(list)
     if preempting:
         for workload in snapshot.running:
-            running[workload.pool].append(workload)
+            if workload.id not in state.preempted:
+                running[workload.pool].append(workload)
     waiting: list[tuple[Workload, Reason, str, int]] = []
     for pool in sorted(queues):
         run = _PoolPass(state, pool, running.get(pool, []), waiting)
@@ -67,6 +73,23 @@ def schedule(snapshot: Snapshot) -> Decisions:
         waiting=_explain(state, waiting),
         fair_shares=dict(state.tenant_fair),
     )
+
+
+def _stop_over_budget(state: PassState, running: Sequence[Workload]) -> None:
+    """Preempt every running workload whose owner's used-up budget stops running work (`budgets.py`).
+
+    A hard cap, not fairness: it stops work of any age, preemption on or off.
+    The GPUs stay taken for this pass: the victims hold them until their
+    nodes confirm they stopped, and a later pass gives them out.
+    """
+    for workload in sorted(running, key=lambda w: w.id):
+        budget = state.budgets.stopping(workload)
+        if budget is None:
+            continue
+        state.preempted.add(workload.id)
+        state.charge(workload, -1)
+        detail = f"{used_up(budget)}: {owner_of(budget)} runs nothing until the budget is raised or its period ends."
+        state.preemptions.append(Preemption(workload.id, Reason.BUDGET, "", lost_work(workload, state.now), detail))
 
 
 def _explain(state: PassState, waiting: list[tuple[Workload, Reason, str, int]]) -> dict[str, Waiting]:
@@ -203,6 +226,10 @@ class _PoolPass:
         if self.pool.dedicated_tenant not in (None, workload.tenant):
             return (Reason.DEDICATED_POOL, "")
         state, gpus = self.state, workload.total_gpus
+        if state.budgets:
+            held = state.budgets.blocks(state, workload, workload.pool)
+            if held is not None:
+                return (Reason.BUDGET, held)
         tenant, project = (workload.pool, workload.tenant), project_key(workload)
         # The common case first, without building a sentence.
         if (

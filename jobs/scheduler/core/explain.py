@@ -55,6 +55,7 @@ def message(reason: Reason, workload: Workload, detail: str = "") -> str:
     pool, asks = workload.pool, _asks(workload)
     sentences = {
         Reason.QUOTA_LIMIT: detail,
+        Reason.BUDGET: detail,
         Reason.UNKNOWN_POOL: f"Pool {pool} does not exist.",
         Reason.POOL_CORDONED: f"Pool {pool} is cordoned by the operators: nothing new starts there until it reopens.",
         Reason.DEDICATED_POOL: f"Pool {pool} is dedicated to another tenant.",
@@ -117,7 +118,8 @@ class Hints:
 
         Another pool qualifies when the workload's tenant may use it (not
         dedicated to another tenant, not cordoned, a tenant quota there and
-        room under both the tenant's and the project's limit), some GPU model
+        room under both the tenant's and the project's limit, and no used-up
+        budget holds it back there), some GPU model
         there is one the workload accepts, and the whole gang fits its free
         capacity as this pass leaves it, on nodes that can mount its volumes.
         Pools are tried by name. Failing that, a workload waiting for
@@ -176,4 +178,5 @@ def may_use(state: PassState, workload: Workload, pool_name: str) -> bool:
         tenant in state.tenant_limits
         and state.tenant_usage.get(tenant, 0) + gpus <= state.tenant_quota(tenant).limit
         and state.project_usage.get(project, 0) + gpus <= state.project_quota(project).limit
+        and (not state.budgets or state.budgets.blocks(state, workload, pool_name) is None)
     )

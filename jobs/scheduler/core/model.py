@@ -52,9 +52,20 @@ class Reason(StrEnum):
     WAITING_FOR_HIGHER_PRIORITY = "WAITING_FOR_HIGHER_PRIORITY"
     BEHIND_QUEUE_HEAD = "BEHIND_QUEUE_HEAD"
     NO_STORAGE = "NO_STORAGE"
+    # Its owner's budget is used up (waiting), or its owner's budget stops running work (preemption).
+    BUDGET = "BUDGET"
     # Preemption reasons.
     RECLAIM_GUARANTEE = "RECLAIM_GUARANTEE"
     PRIORITY = "PRIORITY"
+
+
+class BudgetAction(StrEnum):
+    """What an exhausted budget does; each action includes the ones before it (the core enforces the last two)."""
+
+    NOTIFY_ONLY = "notify_only"
+    REFUSE_NEW = "refuse_new"
+    STOP_BORROWING = "stop_borrowing"
+    STOP_RUNNING = "stop_running"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +127,25 @@ class ProjectQuota:
     guaranteed: int
     limit: int
     weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    """A budget's use in its current period, as the caller measured it: a tenant's own (`project` None) or a
+    project's. `unit` and `period` only word the sentences ("GPU-hours", "this month")."""
+
+    tenant: str
+    project: str | None
+    action: BudgetAction
+    used: float
+    amount: float
+    unit: str = "GPU-hours"
+    period: str = "this month"
+
+    @property
+    def exhausted(self) -> bool:
+        """Return whether the budget is used up: its hard action applies."""
+        return self.used >= self.amount
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,16 +236,21 @@ class Snapshot:
     running: tuple[Workload, ...] = ()
     pending: tuple[Workload, ...] = ()
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # Budgets in force in their current period; those used up with a hard action of stop_borrowing or
+    # stop_running hold their owner's work back (`budgets.py`).
+    budgets: tuple[BudgetState, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
-    """A running workload to stop, why, for which pending workload, and the GPU-seconds of progress it loses."""
+    """A running workload to stop, why, for which pending workload ("" for none: a budget stops it), the
+    GPU-seconds of progress it loses, and for a budget the sentence that names it (`detail`)."""
 
     victim: str
     reason: Reason
     for_workload: str
     lost_gpu_seconds: float = 0.0
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from jobs.scheduler.core.budgets import BudgetCaps
 from jobs.scheduler.core.capacity import PoolCapacity, Take
 from jobs.scheduler.core.fairshare import Claim, water_fill
 from jobs.scheduler.core.model import Node, Pool, Preemption, ReplicaAllocation, Snapshot, Workload
@@ -42,6 +43,7 @@ class PassState:
     def __init__(self, snapshot: Snapshot) -> None:
         self.now = snapshot.now
         self.config = snapshot.config
+        self.budgets = BudgetCaps(snapshot.budgets)
         self.pools: dict[str, Pool] = {pool.name: pool for pool in snapshot.pools}
         self.tenant_limits: dict[TenantKey, Limits] = {
             (q.pool, q.tenant): Limits(float(q.guaranteed), float(q.limit), float(q.weight))

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from jobs.scheduler.core import Ordering, ProjectQuota, TenantQuota
+from jobs.scheduler.simulator.budgets import TenantBudget, parse_budget
 from jobs.scheduler.simulator.build import POOL, default_quotas, gpu_hour_shares
 from jobs.scheduler.simulator.engine import Settings, simulate
 from jobs.scheduler.simulator.traces import load_trace
@@ -54,6 +55,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="TENANT=GUARANTEED[:LIMIT[:WEIGHT]]",
         help="override a tenant's quota (repeatable); default: guarantees proportional to GPU-hours",
     )
+    p.add_argument(
+        "--budget",
+        action="append",
+        default=[],
+        metavar="TENANT=GPU_HOURS[:ACTION]",
+        help="give a tenant a GPU-hour budget over the whole trace (repeatable); ACTION at the cap: refuse_new, "
+        "stop_borrowing (the default) or stop_running",
+    )
     return p
 
 
@@ -77,7 +86,10 @@ def quotas(
 
 
 def run_settings(
-    args: argparse.Namespace, tenant_quotas: tuple[TenantQuota, ...], project_quotas: tuple[ProjectQuota, ...]
+    args: argparse.Namespace,
+    tenant_quotas: tuple[TenantQuota, ...],
+    project_quotas: tuple[ProjectQuota, ...],
+    budgets: tuple[TenantBudget, ...] = (),
 ) -> Settings:
     """Return the simulation settings the parsed arguments ask for."""
     return Settings(
@@ -89,6 +101,7 @@ def run_settings(
         restart_overhead_s=args.restart_overhead,
         checkpoint_aware=not args.plain_victims,
         lossless_preemption=args.lossless_preemption,
+        budgets=budgets,
     )
 
 
@@ -99,13 +112,14 @@ def main(argv: list[str]) -> int:
         trace = load_trace(args.trace, args.gpus, args.limit_jobs)
         capacity = sum(node.gpus for node in trace.nodes)
         tenant_quotas, project_quotas = quotas(args.quota, gpu_hour_shares(trace.jobs), capacity)
+        budgets = tuple(parse_budget(text) for text in args.budget)
     except (OSError, ValueError) as error:
         print(f"simulate: {error}", file=sys.stderr)
         return 2
     if args.checkpoint_interval < 0 or args.restart_overhead < 0:
         print("simulate: --checkpoint-interval and --restart-overhead must not be negative", file=sys.stderr)
         return 2
-    result = simulate(trace, run_settings(args, tenant_quotas, project_quotas))
+    result = simulate(trace, run_settings(args, tenant_quotas, project_quotas, budgets))
     summary = {
         "trace": trace.name,
         "policy": args.policy,

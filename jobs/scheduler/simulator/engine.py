@@ -11,7 +11,9 @@ extra run time when it starts again. Before each pass the running jobs'
 latest checkpoints go into the snapshot (`Workload.checkpointed_at`), so the
 core chooses its victims knowing them. `lossless_preemption` is the model
 before checkpoints were modelled: progress kept, no overhead, no checkpoints
-fed to the core.
+fed to the core. With `budgets` (per-tenant GPU-hour budgets over the whole
+trace, `budgets.py`) the core also holds back the work of tenants whose
+budget is used up, and the result says how much.
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ from jobs.scheduler.core import (
     last_saved_at,
 )
 from jobs.scheduler.frozen import schedule
+from jobs.scheduler.simulator.budgets import BudgetBooks, TenantBudget
 from jobs.scheduler.simulator.build import POOL, core_nodes, pending_workload
 from jobs.scheduler.simulator.metrics import Recorder, Result, check_quotas
 from jobs.scheduler.simulator.traces import Trace, TraceJob
 
 _ARRIVAL, _COMPLETION = 1, 0  # completions first at equal times: their GPUs are free for that pass
+_BUDGET = 2  # a moment running work uses up a budget: only a pass to run
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,7 @@ class Settings:
     restart_overhead_s: float = 60.0
     checkpoint_aware: bool = True
     lossless_preemption: bool = False
+    budgets: tuple[TenantBudget, ...] = ()
 
 
 @dataclass
@@ -109,6 +114,7 @@ class Simulation:
         self.recorder = Recorder(capacity, settings.tenant_quotas, self.jobs)
         self.stalled = False  # FIFO: the last pass left a head that cannot start, and nothing finished since
         self.last_violations = 0
+        self.budgets = BudgetBooks(settings.budgets) if settings.budgets else None
 
     def run(self) -> Result:
         """Return the metrics after every job has finished (or can never start)."""
@@ -118,12 +124,24 @@ class Simulation:
                 _, kind, job_id = heapq.heappop(self.events)
                 self._handle(now, kind, job_id)
             self._pass(now)
-        return self.recorder.result(unfinished=len(self.world.pending))
+        result = self.recorder.result(unfinished=len(self.world.pending))
+        if self.budgets is not None:
+            result.summary["budgets"] = self.budgets.summary(self._running(), self.recorder.last_time)
+        return result
+
+    def _running(self) -> list[Workload]:
+        return [r.workload for r in self.world.running.values()]
 
     def _handle(self, now: float, kind: int, job_id: str) -> None:
         world = self.world
+        if kind == _BUDGET:
+            self.stalled = False  # a budget is used up now: the pass may decide differently
+            return
         if kind == _ARRIVAL:
             job = self.jobs[job_id]
+            if self.budgets is not None and self.budgets.refuses(job.tenant, self._running(), now):
+                self.budgets.refused.append(job_id)
+                return
             world.pending[job_id] = pending_workload(job)
             world.remaining[job_id] = job.duration_s
             self.recorder.arrived(job_id, now)
@@ -132,6 +150,8 @@ class Simulation:
         running = world.running.get(job_id)
         if running is None or running.epoch != int(epoch):
             return  # preempted since: this completion is stale
+        if self.budgets is not None:
+            self.budgets.charge(running.workload, now)
         self._stop(running.workload)
         del world.running[job_id]
         self.stalled = False
@@ -139,7 +159,7 @@ class Simulation:
 
     def _pass(self, now: float) -> None:
         world = self.world
-        if not world.pending:
+        if not world.pending and not (self.budgets is not None and self.budgets.must_pass(self._running(), now)):
             self.recorder.sample(now, world.running.values(), world.pending.values())
             return
         if self.stalled and self.skip_stalled_fifo:
@@ -157,9 +177,15 @@ class Simulation:
             running=tuple(r.workload for r in world.running.values()),
             pending=tuple(world.pending.values()),
             config=self.config,
+            budgets=self.budgets.states(self._running(), now) if self.budgets is not None else (),
         )
         decisions = self.decide(snapshot)
+        pending_before = dict(world.pending)
         self._apply(now, decisions)
+        if self.budgets is not None:
+            self.budgets.observe(now, decisions, pending_before)
+            for when, tenant in self.budgets.crossings(self._running(), now):
+                heapq.heappush(self.events, (when, _BUDGET, tenant))
         self.last_violations = check_quotas(
             snapshot, [r.workload for r in world.running.values()], self.settings.tenant_quotas
         )
@@ -204,6 +230,8 @@ class Simulation:
         """Stop the victim and requeue it with its work left, plus what it loses and its restart overhead."""
         world = self.world
         victim = world.running.pop(preemption.victim).workload
+        if self.budgets is not None:
+            self.budgets.charge(victim, now)
         started = victim.started_at if victim.started_at is not None else now
         world.remaining[victim.id] -= now - started
         lost = overhead = 0.0

@@ -16,14 +16,15 @@ The order of a submission, all in one transaction:
    request is the same, and is refused when it differs (only a request
    that broke no rule so far is a retry);
 6. the rules that read the ledger (quota, GPU models, largest placement,
-   count limits, maximum runtime), each set-based over all items; then a
+   count limits, maximum runtime, used-up budgets), each set-based over all items; then a
    request that broke any rule of steps 2 to 6 is refused with every one;
 7. insert the workloads and their `workload.submitted` events in bulk, one
    audit event for the call, and ask for a scheduling pass after commit.
 
-A single submission reads the ledger in at most six queries whatever it
+A single submission reads the ledger in at most seven queries whatever it
 asks for (role, quota rows with the tenant's limits, allowed images, GPUs
-of the pool, and the counts a limit needs), and writes in three. So does a
+of the pool, the counts a limit needs, and the budgets that may refuse it:
+two more when one of them exists), and writes in three. So does a
 batch of independent submissions (`submit_batch`), each step reading for
 all of them at once; the API's ingest path commits concurrent requests
 together that way.
@@ -56,6 +57,7 @@ from jobs.services.spec import prefixed
 from jobs.services.submission.checks import (
     MAX_BULK_ITEMS,
     MAX_IDEMPOTENCY_KEY_LENGTH,
+    check_budgets,
     check_counts,
     check_images,
     check_input,
@@ -237,4 +239,5 @@ def _checked(everything: list[Pending]) -> list[Pending]:
     pending = check_limits(pending)
     pending = check_placement(pending)
     pending = check_counts(pending)
+    pending = check_budgets(pending)
     return refuse_invalid(pending)

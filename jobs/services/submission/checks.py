@@ -8,7 +8,7 @@ passed its own (`drafts`) are named together; `refuse_invalid` refuses it
 after the last check, before anything is written. Each read serves the
 whole batch, however many of its requests break rules. The rules
 themselves live in `jobs.services.spec` (fields), `jobs.services.images`
-(images) and `jobs.services.quota_rules` (pools and the ledger's limits).
+(images) and `jobs.services.quota_rules` (pools, the ledger's limits and budgets).
 """
 
 from __future__ import annotations
@@ -182,6 +182,14 @@ def check_counts(pending: list[Pending]) -> list[Pending]:
         _gather(item, -1, frozenset(), rules.check_counts, mine, item.limits, item.project, item.user, counts)
         if not item.errors:
             counts.add(mine, item.project, item.user)
+    return pending
+
+
+def check_budgets(pending: list[Pending]) -> list[Pending]:
+    """Hold each request to the budgets of its project and tenant: a used-up one may refuse new work."""
+    used_up = rules.used_up_budgets({item.project.pk: item.project for item in pending}.values())
+    for item in pending:
+        _gather(item, -1, frozenset(), rules.check_budget, item.project, used_up)
     return pending
 
 
