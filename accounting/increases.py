@@ -28,7 +28,6 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import QuerySet
 
 from accounting import budgets
 from accounting.budget_choices import BudgetUnit, RequestKind, RequestState, request_can_move
@@ -478,26 +477,6 @@ def _check_projects_fit(quota: TenantQuota, limit: int) -> None:
             f"A project in pool {quota.pool.name} has a limit of {highest}, above the tenant's limit of {limit} "
             "to restore; lower it and the increase ends.",
         )
-
-
-# --- reading -------------------------------------------------------------------------------------------------
-
-
-def requests_in_scope() -> QuerySet[IncreaseRequest]:
-    """Return the active tenant's requests, newest first, with what they name loaded."""
-    return IncreaseRequest.objects.select_related("tenant", "project", "pool", "budget", "requester", "decided_by")
-
-
-def requests_awaiting_operators() -> QuerySet[IncreaseRequest]:
-    """Return every tenant's pending requests for the tenant itself (which operators decide), oldest first.
-
-    Across tenants: for operator pages only (callers check the role first).
-    """
-    return (
-        IncreaseRequest.all_tenants.filter(project__isnull=True, state=RequestState.PENDING)
-        .select_related("tenant", "pool", "budget", "requester")
-        .order_by("created_at", "pk")
-    )
 
 
 def ask_from(data: Mapping[str, Any]) -> Ask:

@@ -12,7 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounting import budgets, increases
+from accounting import budgets, increases, selectors
 from accounting.api import budget_serializers as s
 from accounting.models import Budget, IncreaseRequest
 from tenants.api.base import PlatformViewSet, TenantViewSet
@@ -93,7 +93,7 @@ class IncreaseRequestEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
     filterset_fields = ["state", "kind"]
 
     def scoped_queryset(self) -> QuerySet[IncreaseRequest]:
-        return increases.requests_in_scope()
+        return selectors.requests_in_scope()
 
     @extend_schema(request=s.IncreaseRequestCreateSerializer, responses={201: s.IncreaseRequestSerializer})
     def create(self, request: Request, tenant: str) -> Response:

@@ -11,7 +11,6 @@ through `accounting.budgets` and `accounting.increases`, as the API's do.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from decimal import Decimal
 from typing import Any
 
 from django.contrib import messages
@@ -22,8 +21,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from accounting import budgets, increases
-from accounting.budget_choices import BudgetUnit, RequestState
+from accounting import budgets, increases, selectors
+from accounting.budget_choices import RequestState
+from accounting.budget_notes import launch_notes, most_gpu_seconds
 from accounting.budgets import BudgetState
 from accounting.models import IncreaseRequest
 from frontend.access import Page, operator_view, tenant_view
@@ -141,7 +141,7 @@ def _ask(page: Page, form: AskForm) -> IncreaseRequest:
 
 
 def _requests_context(page: Page, form: Form) -> dict[str, Any]:
-    found = list(increases.requests_in_scope()[:200])
+    found = list(selectors.requests_in_scope()[:200])
     user_id = page.actor.user.pk if page.actor.user is not None else None
     # Who decides, as `accounting.increases.require_decider` says, from the role the page already read.
     rows = [
@@ -158,7 +158,7 @@ _VERBS = {"approve": increases.approve_request, "refuse": increases.refuse_reque
 @tenant_view(Role.MEMBER)
 def request_decide(request: HttpRequest, page: Page, pk: int, verb: str) -> HttpResponse:
     """Approve, refuse (with a note) or cancel one request; the service decides who may."""
-    found = get_object_or_404(increases.requests_in_scope(), pk=pk)
+    found = get_object_or_404(selectors.requests_in_scope(), pk=pk)
     form = DecisionForm(request.POST)
     note = form.cleaned_data["note"] if form.is_valid() else ""
     if verb == "cancel":
@@ -180,49 +180,21 @@ def request_decide(request: HttpRequest, page: Page, pk: int, verb: str) -> Http
 def ops_requests(request: HttpRequest) -> HttpResponse:
     """Every tenant's pending requests for the tenant itself, which operators decide: each links to its tenant's
     requests page, where the decision is made (as `request_decide` there). Operators only."""
-    found = list(increases.requests_awaiting_operators()[:500])
+    found = list(selectors.requests_awaiting_operators()[:500])
     return render(request, "frontend/ops_requests.html", {"requests": found})
 
 
 # --- the launch page -----------------------------------------------------------------------------------------
 
 
-def launch_budget_notes(project: Project | None, gpus: int, max_runtime_seconds: int | None) -> list[str]:
-    """Return what the launch page says about the budgets a job of `gpus` GPUs in `project` answers to: "This
-    job may use up to N of your remaining M GPU-hours" (or that it has no runtime limit), one line per budget."""
-    if project is None:
-        return []
-    notes = []
-    for state in budgets.states_for_project(project, now=timezone.now()):
-        notes.append(_note(state, gpus, max_runtime_seconds))
-    return notes
-
-
-def _note(state: BudgetState, gpus: int, max_runtime_seconds: int | None) -> str:
-    whose = f"{state.owner_label}'s budget {state.period_label}"
-    remaining = _amount(state.remaining)
-    if state.exhausted:
-        return f"The {whose} is used up ({_amount(state.used)} of {_amount(state.amount)} {state.unit_label})."
-    if state.budget.unit != BudgetUnit.GPU_HOURS:
-        return f"{remaining} {state.unit_label} of the {whose} remain."
-    if max_runtime_seconds:
-        most = Decimal(gpus * max_runtime_seconds) / Decimal(3600)
-        return f"This job may use up to {_amount(most)} of your remaining {remaining} GPU-hours ({whose})."
-    return f"This job has no runtime limit: it may use all of your remaining {remaining} GPU-hours ({whose})."
-
-
-def _amount(value: Decimal) -> str:
-    return f"{value.quantize(Decimal('0.1')):,}"
-
-
 def launch_notes_for_form(form: Form, projects: Sequence[Project]) -> list[str]:
-    """Return `launch_budget_notes` for the job the launch form describes now (its data, else its initial
-    values): its project (the first one offered when none is chosen), GPUs and maximum runtime."""
+    """Return the budget notes (`accounting.budget_notes`) for the job the launch form describes now (its data,
+    else its initial values): its project (the first one offered when none is chosen), GPUs and maximum runtime."""
     slug = form["project"].value()
     project = next((p for p in projects if p.slug == slug), projects[0] if projects else None)
     gpus = _number(form["gpus_per_replica"].value(), 1) * _number(form["replicas"].value(), 1)
     runtime = _number(form["max_runtime_seconds"].value(), 0) or None
-    return launch_budget_notes(project, gpus, runtime)
+    return launch_notes(project, most_gpu_seconds([(gpus, runtime)]), now=timezone.now())
 
 
 def _number(value: Any, default: int) -> int:

@@ -298,6 +298,11 @@ class ValidationResultSerializer(serializers.Serializer):
 
     valid = serializers.BooleanField(read_only=True)
     count = Integer(read_only=True, help_text="Workloads that would be submitted.")
+    budget_notes = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text='What the budgets over the project say: "This job may use up to N of your remaining M GPU-hours".',
+    )
 
 
 class QuotaUseSerializer(serializers.Serializer):

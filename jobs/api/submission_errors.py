@@ -22,7 +22,8 @@ from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 
 from jobs.api.serializers import WorkloadInputSerializer, WorkloadItemSerializer, resolve_references
-from jobs.services.submission import submission_errors
+from jobs.services.spec import WorkloadSpec
+from jobs.services.submission import dry_run, submission_errors
 from tenants.context import Actor
 from tenants.models import Project
 
@@ -62,16 +63,18 @@ def with_rule_errors(
     return serializers.ValidationError(flat)
 
 
-def raise_rule_errors(actor: Actor, project: Project, items: list[dict[str, Any]], *, bulk: bool) -> None:
+def raise_rule_errors(actor: Actor, project: Project, items: list[dict[str, Any]], *, bulk: bool) -> list[WorkloadSpec]:
     """Raise a ValidationError naming every rule a parsed submission breaks, as `submit` would; write nothing.
+    Return the specs a submission would write (the quota's runtime filled in).
 
     For a dry run: what `validated_input` accepted still meets the service's
     rules (the pool, the allow-list, the quota) only when submitted.
     """
-    found = submission_errors(actor=actor, project=project, items=items, bulk=bulk)
+    found, specs = dry_run(actor=actor, project=project, items=items, bulk=bulk)
     if found:
         refusal = {path: [_detail(error) for error in errors] for path, errors in found.items()}
         raise serializers.ValidationError(refusal)
+    return specs
 
 
 def _project(body: Mapping[str, Any], context: dict[str, Any]) -> Project | None:

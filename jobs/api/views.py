@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, renderers, status
@@ -17,6 +18,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounting.budget_notes import launch_notes, most_gpu_seconds
 from common.api.schema import SingleObjectSchema
 from jobs import selectors, services
 from jobs.api import image_serializers as im
@@ -26,8 +28,10 @@ from jobs.api.filters import WorkloadFilter
 from jobs.api.submission_errors import raise_rule_errors, with_rule_errors
 from jobs.models import AllowedImage, LaunchPreset, Workload
 from jobs.services import images, presets
+from jobs.services.spec import WorkloadSpec
 from tenants.api.base import PlatformViewSet, TenantViewSet
 from tenants.choices import Role
+from tenants.models import Project
 
 _READ = (mixins.ListModelMixin, mixins.RetrieveModelMixin)
 IDEMPOTENCY_KEY = OpenApiParameter(
@@ -50,6 +54,12 @@ def _submission_input(view: TenantViewSet, *, bulk: bool) -> dict[str, Any]:
     except ValidationError as refused:
         context = view.get_serializer_context()
         raise with_rule_errors(refused, view.request.data, context, actor=view.actor, bulk=bulk) from None
+
+
+def _budget_notes(project: Project, specs: list[WorkloadSpec]) -> list[str]:
+    """Return what the budgets over `project` say about work of `specs` (`accounting.budget_notes`)."""
+    jobs = [(spec.gpus_per_replica * spec.replicas, spec.max_runtime_seconds) for spec in specs]
+    return launch_notes(project, most_gpu_seconds(jobs), now=timezone.now(), count=len(specs))
 
 
 def _status(submission: services.Submission) -> int:
@@ -128,8 +138,9 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
     def validate(self, request: Request, tenant: str) -> Response:
         """Check a submission against every rule a submission meets, the database's included; write nothing."""
         data = _submission_input(self, bulk=False)
-        raise_rule_errors(self.actor, data.pop("project"), [data], bulk=False)
-        return Response({"valid": True, "count": 1})
+        project = data.pop("project")
+        specs = raise_rule_errors(self.actor, project, [data], bulk=False)
+        return Response({"valid": True, "count": 1, "budget_notes": _budget_notes(project, specs)})
 
     @extend_schema(request=None, responses=s.WorkloadSerializer)
     @action(detail=True, methods=["post"])
@@ -220,8 +231,9 @@ class WorkloadBulkEndpoint(TenantViewSet):
     def validate(self, request: Request, tenant: str) -> Response:
         """Check a bulk submission against every rule its submission meets; write nothing."""
         data = _submission_input(self, bulk=True)
-        raise_rule_errors(self.actor, data["project"], data["items"], bulk=True)
-        return Response({"valid": True, "count": len(data["items"])})
+        specs = raise_rule_errors(self.actor, data["project"], data["items"], bulk=True)
+        notes = _budget_notes(data["project"], specs)
+        return Response({"valid": True, "count": len(data["items"]), "budget_notes": notes})
 
 
 class UsageEndpoint(TenantViewSet):

@@ -13,12 +13,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from accounting import selectors
 from accounting.choices import Resource
 from accounting.models import Price, RollupMark, UsageHour
 from accounting.periods import Period
 from accounting.rollups import LATE, MAX_HOURS_PER_RUN, roll_up_hours, roll_up_recent, settled_after
-from accounting.selectors import Report, platform_report, tenant_report
+from accounting.selectors import Report, ledger, platform_report, tenant_report
 from inventory.models import Gpu, GpuMinute, NodePool
 from jobs.choices import WorkloadState
 from jobs.models import Workload
@@ -197,8 +196,8 @@ def test_the_ledger_read_in_small_chunks_says_the_same(world: World, monkeypatch
     _generated_month(world)
     asked = [ASKED[0], ASKED[3], ASKED[5]]
     want = [read(*question) for _, read in _readers(world) for question in asked]
-    monkeypatch.setattr(selectors, "_IDS_PER_QUERY", 25)
-    monkeypatch.setattr(selectors, "_WINDOWS_PER_QUERY", 8)
+    monkeypatch.setattr(ledger, "IDS_PER_QUERY", 25)
+    monkeypatch.setattr(ledger, "WINDOWS_PER_QUERY", 8)
     got = [read(*question) for _, read in _readers(world) for question in asked]
     roll_up_hours(since=T0 - timedelta(days=3), until=MARCH.end, now=ROLLED)
     rolled = [read(*question) for _, read in _readers(world) for question in asked]

@@ -13,6 +13,7 @@ import pytest
 from gpucloud_client import Client, Context
 
 from jobs.models import Workload
+from tests.accounting.budget_factories import budget
 from tests.client.conftest import Platform
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -107,6 +108,26 @@ def test_a_valid_spec_submits_every_document_and_lists_them(platform: Platform, 
     stored = Workload.all_tenants.get(pk=submitted[1]["id"])
     assert stored.command == ["sh", "-c", "echo one"] and stored.env == {"LEARNING_RATE": "0.1"}
     assert Workload.all_tenants.count() == 2
+
+
+def test_a_dry_run_and_a_spec_file_say_how_much_of_the_budget_the_work_may_use(
+    platform: Platform, tmp_path: Path
+) -> None:
+    budget(platform.world.tenant_a, platform.world.project_a, amount="40")
+    dry = platform.member(
+        "submit", "--image", IMAGE, "--pool", "shared", "--max-runtime", "7200", "--dry-run", "train", "--", "true"
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert "This job may use up to 2.0 of your remaining 40.0 GPU-hours (project alpha's budget this month)" in (
+        dry.stderr
+    )
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(VALID_SPEC)
+    done = platform.member("submit", "--dry-run", "-f", str(spec))
+    assert done.returncode == 0, done.stderr
+    # Neither document has a runtime limit, nor does the quota: together they may use all that remains.
+    assert "alpha: These 2 workloads have no runtime limit: they may use all of your remaining 40.0" in done.stderr
+    assert not Workload.all_tenants.exists()
 
 
 def test_submit_wait_follows_a_job_to_its_end_and_exits_with_its_exit_code(platform: Platform) -> None:

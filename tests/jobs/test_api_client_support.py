@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from inventory.models import Node
 from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Allocation, Workload
 from jobs.services import images
 from tenants.context import Actor
+from tests.accounting.budget_factories import budget
 from tests.conftest import World, client_for
 from tests.jobs.factories import add_node, assign, give_quota, ready_world, run_pass_now
 from tests.jobs.test_submission_rule_errors import _api_codes, _nothing_written
@@ -31,11 +35,34 @@ def test_a_dry_run_accepts_what_a_submission_would_and_writes_nothing(world: Wor
     member = client_for(world.member_a)
     response = member.post(f"{BASE}validate/", JOB, format="json")
     assert response.status_code == 200, response.content
-    assert response.json() == {"valid": True, "count": 1}
+    assert response.json() == {"valid": True, "count": 1, "budget_notes": []}
     bulk = member.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": [JOB, JOB]}, format="json")
-    assert bulk.json() == {"valid": True, "count": 2}
+    assert bulk.json() == {"valid": True, "count": 2, "budget_notes": []}
     _nothing_written()
     assert member.post(BASE, JOB, format="json").status_code == 201  # and the submission itself goes through
+
+
+def test_a_dry_run_says_how_much_of_each_budget_the_work_may_use(world: World) -> None:
+    """As the launch page says it: the most GPU-hours the work may use against what remains of each budget in
+    force over its project (its own, then its tenant's), from the runtime the submission would get."""
+    ready_world(world)
+    now = timezone.now()
+    budget(world.tenant_a, world.project_a, amount="40", period="window", window_start=now - timedelta(days=1),
+           window_end=now + timedelta(days=1))  # fmt: skip
+    budget(world.tenant_a, None, unit="money", amount="500")
+    member = client_for(world.member_a)
+    job = {**JOB, "gpus_per_replica": 2, "max_runtime_seconds": 7200}
+    notes = member.post(f"{BASE}validate/", job, format="json").json()["budget_notes"]
+    assert notes[0].startswith(
+        "This job may use up to 4.0 of your remaining 40.0 GPU-hours (project alpha's budget from"
+    )
+    assert notes[1] == "500.0 USD of the tenant tenant-a's budget this month remain."
+    bulk = member.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": [job, {**job, "replicas": 2}]},
+                       format="json").json()  # fmt: skip
+    assert bulk["budget_notes"][0].startswith("These 2 workloads may use up to 12.0 of your remaining 40.0")
+    endless = member.post(f"{BASE}validate/", {**JOB, "kind": "notebook"}, format="json").json()["budget_notes"]
+    assert endless[0].startswith("This job has no runtime limit: it may use all of your remaining 40.0 GPU-hours")
+    _nothing_written()
 
 
 def test_a_dry_run_names_every_rule_the_database_rules_included(world: World) -> None:

@@ -152,13 +152,15 @@ class AsyncClient(ClientBase):
 
     # --- writes ---------------------------------------------------------------------------
 
-    async def validate(self, body: dict[str, Any]) -> None:
-        """Return if the API would accept submission `body`; raise ApiError naming every failing field."""
-        await self._call(ops.validate(self.tenant, ops.with_project(body, self.context.project)))
+    async def validate(self, body: dict[str, Any]) -> list[str]:
+        """Return if the API would accept submission `body`, with its budget notes; raise ApiError naming every
+        failing field."""
+        return await self._call(ops.validate(self.tenant, ops.with_project(body, self.context.project)))
 
-    async def validate_bulk(self, project: str, items: list[dict[str, Any]]) -> None:
-        """Return if the API would accept the bulk submission; raise ApiError (fields `items[<i>].<field>`)."""
-        await self._call(ops.validate_bulk(self.tenant, project, items))
+    async def validate_bulk(self, project: str, items: list[dict[str, Any]]) -> list[str]:
+        """Return if the API would accept the bulk submission, with its budget notes; raise ApiError (fields
+        `items[<i>].<field>`)."""
+        return await self._call(ops.validate_bulk(self.tenant, project, items))
 
     async def submit(self, body: dict[str, Any], *, idempotency_key: str | None = None) -> Workload:
         """Submit one workload (the context's project when `body` names none); retries reuse the key."""

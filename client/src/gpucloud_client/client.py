@@ -157,13 +157,15 @@ class Client(ClientBase):
 
     # --- writes ---------------------------------------------------------------------------
 
-    def validate(self, body: dict[str, Any]) -> None:
-        """Return if the API would accept submission `body`; raise ApiError naming every failing field."""
-        self._call(ops.validate(self.tenant, ops.with_project(body, self.context.project)))
+    def validate(self, body: dict[str, Any]) -> list[str]:
+        """Return if the API would accept submission `body`, with what the budgets over its project say of it
+        ("This job may use up to N of your remaining M GPU-hours"); raise ApiError naming every failing field."""
+        return self._call(ops.validate(self.tenant, ops.with_project(body, self.context.project)))
 
-    def validate_bulk(self, project: str, items: list[dict[str, Any]]) -> None:
-        """Return if the API would accept the bulk submission; raise ApiError (fields `items[<i>].<field>`)."""
-        self._call(ops.validate_bulk(self.tenant, project, items))
+    def validate_bulk(self, project: str, items: list[dict[str, Any]]) -> list[str]:
+        """Return if the API would accept the bulk submission, with its budget notes; raise ApiError (fields
+        `items[<i>].<field>`)."""
+        return self._call(ops.validate_bulk(self.tenant, project, items))
 
     def submit(self, body: dict[str, Any], *, idempotency_key: str | None = None) -> Workload:
         """Submit one workload (the context's project when `body` names none) and return it.

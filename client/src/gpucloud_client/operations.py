@@ -57,6 +57,11 @@ def _nothing(data: Any) -> None:
     return None
 
 
+def _budget_notes(data: Any) -> list[str]:
+    notes = data.get("budget_notes") if isinstance(data, dict) else None
+    return [str(note) for note in notes] if isinstance(notes, list) else []
+
+
 def me() -> Call[Me]:
     """`GET me/`: the caller, the token in use, and memberships."""
     return Call("GET", "me/", _object(Me))
@@ -81,15 +86,16 @@ def with_project(body: dict[str, Any], project: str | None) -> dict[str, Any]:
     return {"project": project, **body}
 
 
-def validate(tenant: str | None, body: dict[str, Any]) -> Call[None]:
-    """`POST tenants/<t>/workloads/validate/`: the API's verdict on a submission; writes nothing."""
-    return Call("POST", tenant_path(tenant, "workloads/validate/"), _nothing, body=body)
+def validate(tenant: str | None, body: dict[str, Any]) -> Call[list[str]]:
+    """`POST tenants/<t>/workloads/validate/`: the API's verdict on a submission and what the budgets over its
+    project say of it (`budget_notes`); writes nothing."""
+    return Call("POST", tenant_path(tenant, "workloads/validate/"), _budget_notes, body=body)
 
 
-def validate_bulk(tenant: str | None, project: str, items: list[dict[str, Any]]) -> Call[None]:
-    """`POST tenants/<t>/workloads/bulk/validate/`: the API's verdict on a bulk submission."""
+def validate_bulk(tenant: str | None, project: str, items: list[dict[str, Any]]) -> Call[list[str]]:
+    """`POST tenants/<t>/workloads/bulk/validate/`: the API's verdict on a bulk submission, with its budget notes."""
     body = {"project": project, "items": items}
-    return Call("POST", tenant_path(tenant, "workloads/bulk/validate/"), _nothing, body=body)
+    return Call("POST", tenant_path(tenant, "workloads/bulk/validate/"), _budget_notes, body=body)
 
 
 def submit(tenant: str | None, body: dict[str, Any], idempotency_key: str | None = None) -> Call[Workload]:

@@ -216,6 +216,7 @@ class SpecGroup:
     tenant: str | None
     project: str
     documents: list[SpecDocument]
+    budget_notes: list[str] = field(default_factory=list)  # what the API's validation said of the budgets
 
     def items(self) -> list[dict[str, Any]]:
         """Return the documents' bodies as bulk items (the project is the group's)."""
@@ -243,7 +244,8 @@ def group_spec(documents: list[SpecDocument], *, tenant: str | None, project: st
 
 
 def check_spec(client: Client, documents: list[SpecDocument]) -> list[SpecGroup]:
-    """Have the API validate every document (writing nothing); return the groups to submit.
+    """Have the API validate every document (writing nothing); return the groups to submit, each with what
+    the budgets over its project say of it.
 
     Raises SpecError with every issue of every document, each at its line; an error that is about no
     field of a document (401, 403, 404, 5xx) is raised as the ApiError it is.
@@ -254,9 +256,9 @@ def check_spec(client: Client, documents: list[SpecDocument]) -> list[SpecGroup]
         scoped = client.for_tenant(group.tenant)
         try:
             if len(group.documents) == 1:
-                scoped.validate({**group.documents[0].body, "project": group.project})
+                group.budget_notes = scoped.validate({**group.documents[0].body, "project": group.project})
             else:
-                scoped.validate_bulk(group.project, group.items())
+                group.budget_notes = scoped.validate_bulk(group.project, group.items())
         except ApiError as error:
             if error.status != 400:
                 raise

@@ -53,7 +53,7 @@ from django.db import DatabaseError, transaction
 
 from common.errors import FieldErrors
 from jobs.models import Workload
-from jobs.services.spec import prefixed
+from jobs.services.spec import WorkloadSpec, prefixed
 from jobs.services.submission.checks import (
     MAX_BULK_ITEMS,
     MAX_IDEMPOTENCY_KEY_LENGTH,
@@ -81,6 +81,7 @@ __all__ = [
     "REFUSALS",
     "Submission",
     "SubmissionRequest",
+    "dry_run",
     "submission_errors",
     "submit",
     "submit_batch",
@@ -189,18 +190,31 @@ def submission_errors(
     read it either) only the field rules apply. Raises PermissionDenied or
     Http404 where `submit` would: who may submit comes before every rule.
     """
+    return dry_run(actor=actor, project=project, items=items, refused=refused, bulk=bulk)[0]
+
+
+def dry_run(
+    *,
+    actor: Actor,
+    project: Project | None,
+    items: Sequence[Mapping[str, Any]],
+    refused: Sequence[Collection[str]] = (),
+    bulk: bool = False,
+) -> tuple[FieldErrors, list[WorkloadSpec]]:
+    """Return `submission_errors`' answer and, when it is empty, the specs `submit` would write, in item order
+    (with what the checks fill in, such as the quota's runtime); write nothing. Raises as `submission_errors`."""
     if project is None:
-        return _field_errors(items, refused, bulk=bulk)
+        return _field_errors(items, refused, bulk=bulk), []
     request = SubmissionRequest(actor=actor, project=project, items=items, bulk=bulk, refused=refused)
     pending = Pending(request)
     # The same steps as a submission's, in a transaction of their own: count limits may lock quota rows.
     with transaction.atomic():
         _checked([pending])
     if isinstance(pending.outcome, ValidationError):
-        return _errors_of(pending.outcome)
+        return _errors_of(pending.outcome), []
     if isinstance(pending.outcome, Exception):
         raise pending.outcome  # a refusal of who may submit
-    return {}  # no rule broken (without a key nothing is replayed)
+    return {}, pending.specs  # no rule broken (without a key nothing is replayed)
 
 
 def _field_errors(items: Sequence[Mapping[str, Any]], refused: Sequence[Collection[str]], *, bulk: bool) -> FieldErrors:

@@ -144,6 +144,9 @@ def _submit_spec(client: Client, text: str, source: str, *, dry_run: bool, key: 
 
     documents, local = read_documents(text, source)
     groups = check_file(client, documents, local)
+    for group in groups:
+        for note in group.budget_notes:
+            status(f"{group.project}: {note}")
     count = len(documents)
     if dry_run:
         status(f"{source}: {count} workload{'s' if count != 1 else ''} valid; nothing submitted (--dry-run)")
@@ -158,8 +161,10 @@ def _submit_body(client: Client, body: dict[str, Any], *, dry_run: bool, key: st
     from gpucloud_client.cli.output import status
 
     if dry_run:
-        client.validate(body)
+        notes = client.validate(body)
         status(f"{body['name']}: valid; nothing submitted (--dry-run)")
+        for note in notes:
+            status(note)
         return []
     return [(None, client.submit(body, idempotency_key=key))]
 
