@@ -13,7 +13,7 @@ from datetime import datetime
 from django.core.exceptions import ValidationError
 
 from accounting.choices import Dimension
-from accounting.periods import BUCKETS, Period, resolve_period
+from accounting.periods import BUCKETS, NAMED_PERIODS, Period, resolve_period
 from common.errors import FieldErrors, add_errors, invalid, raise_errors
 
 TENANT_DIMENSIONS = tuple(d.value for d in Dimension if d != Dimension.TENANT)
@@ -31,17 +31,26 @@ class ReportOptions:
 
 
 def report_options(
-    params: dict[str, str], *, allowed: Collection[str], default_by: str, now: datetime
+    params: dict[str, str], *, allowed: Collection[str], default_by: str, now: datetime, blank_is_default: bool = True
 ) -> ReportOptions:
     """Return the report asked for by `params` (`period`, `start`, `end`, `by`, `bucket`).
+
+    A blank `period` or `bucket` is the default (a page's form sends its
+    "none" choice so) when `blank_is_default`, else `blank` (the API, whose
+    schema lists their choices: leave a parameter out for its default).
 
     `by` is a comma-separated list of up to MAX_DIMENSIONS of `allowed`
     (default `default_by`; empty for totals only). Raises ValidationError
     naming every failing field at once (`period`, `start`, `end`: see
     resolve_period; `by`: `invalid_choice`, `duplicate`, `too_many`;
-    `bucket`: `invalid_choice`).
+    `bucket`: `invalid_choice`; `period`, `bucket`: `blank`).
     """
     errors: FieldErrors = {}
+    if not blank_is_default:
+        for name, choices in (("period", NAMED_PERIODS), ("bucket", BUCKETS)):
+            if params.get(name) == "":
+                message = f"Leave {name} out for the default, or choose one of {', '.join(choices)}."
+                add_errors(errors, invalid(name, "blank", message))
     period: Period | None = None
     try:
         period = resolve_period(

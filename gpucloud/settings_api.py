@@ -81,6 +81,8 @@ SCHEMA_SETTINGS = {
         "FileKindEnum": "inventory.choices.FileKind",
         "EventKindEnum": "notifications.choices.EventKind",
         "DeliveryStateEnum": "notifications.choices.DeliveryState",
+        "RequestKindEnum": "accounting.budget_choices.RequestKind",
+        "RequestStateEnum": "accounting.budget_choices.RequestState",
     },
 }
 """SPECTACULAR_SETTINGS: the schema's title, its error responses (common.api.schema) and the enums' names."""

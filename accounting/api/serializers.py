@@ -72,7 +72,9 @@ def report_data(report: Report) -> dict[str, Any]:
 
 
 class PriceSerializer(serializers.ModelSerializer):
-    pool: serializers.SlugRelatedField[Price] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    pool: serializers.SlugRelatedField[Price] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True, help_text="Null: the price of every pool."
+    )
     in_effect = serializers.SerializerMethodField()
 
     class Meta:

@@ -47,7 +47,9 @@ class _CsvRenderer(renderers.BaseRenderer):
 
 def _asked(request: Request, allowed: tuple[str, ...], default_by: str) -> ReportOptions:
     """Return the report `request` asks for; raises ValidationError naming every bad parameter."""
-    return report_options(request.query_params.dict(), allowed=allowed, default_by=default_by, now=timezone.now())
+    return report_options(
+        request.query_params.dict(), allowed=allowed, default_by=default_by, now=timezone.now(), blank_is_default=False
+    )
 
 
 class TenantAccountingEndpoint(TenantViewSet):

@@ -14,6 +14,7 @@ from django.utils import timezone
 from accounting.models import Price
 from tests.accounting.factories import hold, workload
 from tests.conftest import World, client_for
+from tests.frontend.test_pages import logged_in
 from tests.jobs.factories import H100, add_node
 
 pytestmark = pytest.mark.django_db
@@ -75,6 +76,18 @@ def test_every_bad_parameter_is_named_at_once(world: World) -> None:
         "by": ["invalid_choice"],  # a tenant admin sees one tenant: grouping by tenant is an operator's
         "bucket": ["invalid_choice"],
     }
+
+
+def test_a_blank_period_or_bucket_is_refused_by_the_api_as_the_schema_says(world: World) -> None:
+    """The schema lists their choices; a blank one is not among them (leave it out for the default). The usage
+    page's form sends blanks for its "none" choices and gets the defaults (tests/frontend/test_usage_pages.py)."""
+    admin = client_for(world.admin_a)
+    refused = admin.get("/api/v1/tenants/tenant-a/accounting/?period=&bucket=&by=")
+    assert refused.status_code == 400
+    assert _codes(refused) == {"period": ["blank"], "bucket": ["blank"]}
+    assert admin.get("/api/v1/tenants/tenant-a/accounting/?by=").status_code == 200  # no grouping: totals only
+    page = logged_in("admin_a").get("/t/tenant-a/usage/?period=&bucket=")
+    assert page.status_code == 200 and 'id="usage-totals"' in page.content.decode(), "the defaults, no error"
 
 
 def test_the_csv_export_is_the_report_row_by_row(world: World) -> None:

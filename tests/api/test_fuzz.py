@@ -16,6 +16,8 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -23,14 +25,17 @@ import schemathesis
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
+from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import positive_data_acceptance
 from schemathesis.core.parameters import ParameterLocation
 
+from accounting.models import Price
 from tenants import services
 from tenants.context import Actor
 from tenants.models import ApiToken, AuditEvent
+from tests.accounting import budget_factories
 from tests.api.test_contract import (
     _allowed_image,
     _member_token,
@@ -86,6 +91,7 @@ def objects(world: World) -> Objects:
     gpu = Gpu.objects.filter(node_id=node["pk"]).first()
     project_quota = _project_quota(world)  # before the workload's world, which reuses it
     workload = _workload_world(world)
+    asked = budget_factories.request_world(world)  # a project budget, the tenant's own, a pending request
     values = {
         "tenant": world.tenant_a.slug,
         "slug:tenants": world.tenant_a.slug,
@@ -109,10 +115,21 @@ def objects(world: World) -> Objects:
         "id:webhooks": str(notification_factories.webhook_world(world)["pk"]),
         "id:webhook-deliveries": str(notification_factories.delivery_world(world)["pk"]),
         "kind:notification-preferences": "workload.failed",
+        "id:budgets": str(asked["budget"]),
+        "id:increase-requests": str(asked["pk"]),
+        "id:prices": str(_future_price()),
     }
     tokens = {role: _token(world, role) for role in ROLES}
     assert ApiToken.all_tenants.count() >= 4
     return Objects(values=values, tokens=tokens)
+
+
+def _future_price() -> int:
+    """A GPU price from tomorrow on: one the API may still remove."""
+    price = Price.objects.create(
+        resource="gpu", amount_per_hour=Decimal("2.50"), effective_from=timezone.now() + timedelta(days=1)
+    )
+    return price.pk
 
 
 def _path_value(objects: Objects, path: str, name: str) -> str | None:
