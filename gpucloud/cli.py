@@ -7,6 +7,10 @@ gpucloud demo            add the simulated demo fleet (nodes, pool, tenant, queu
 gpucloud serve           serve the web process only (distributed deployments)
 gpucloud worker          run a Celery worker (controller), optionally with beat
 gpucloud agent --node N  run the agent of node N: its queue, heartbeat and GPU sampler
+gpucloud agent join URL TOKEN
+                         join a GPU host to the console at URL with a one-time token, store the
+                         node's credential, and run its agent (over HTTPS only: no broker, no database)
+gpucloud agent run       run that agent again from the stored credential (after a reboot)
 gpucloud migrate         apply database migrations
 gpucloud createoperator  create a platform operator account
 gpucloud manage ...      any Django management command
@@ -216,6 +220,98 @@ def cmd_agent(args: argparse.Namespace) -> None:
     app.worker_main(worker_argv(config, loglevel=args.loglevel))
 
 
+def cmd_remote_agent(argv: Sequence[str]) -> None:
+    """`gpucloud agent join|run`: the agent of a GPU host that reaches the console over HTTP(S) only."""
+    args = _remote_agent_parser().parse_args(argv)
+    # Before the settings load: the agent is given none of the console's secrets (gpucloud/settings.py).
+    os.environ["GPUCLOUD_ROLE"] = "agent"
+    _setup_django()
+    import logging
+
+    from inventory.agent.remote import RemoteAgentError
+
+    logging.getLogger().setLevel(args.loglevel)
+    try:
+        _remote_agent(args)
+    except RemoteAgentError as error:
+        raise SystemExit(f"gpucloud agent {args.action}: {error}") from None
+
+
+def _remote_agent(args: argparse.Namespace) -> None:
+    from inventory.agent.remote.agent import RemoteOptions, run_remote_agent
+    from inventory.agent.remote.credential import default_credential_path, default_work_dir, load_credential
+    from inventory.agent.remote.join import join_console
+
+    path = Path(args.credential_file).expanduser() if args.credential_file else default_credential_path()
+    if args.action == "join":
+        credential = join_console(
+            args.console_url,
+            _join_token(args.token),
+            path=path,
+            ca_file=args.ca_file,
+            allow_http=args.allow_http,
+            force=args.force,
+        )
+        _say(f"Joined {credential.console} as node {credential.node}; its credential is in {path}.")
+        if args.no_run:
+            return
+    else:
+        credential = load_credential(path)
+    options = RemoteOptions(
+        work_dir=Path(args.work_dir).expanduser() if args.work_dir else default_work_dir(path, credential.node),
+        probe=args.probe,
+        simulated_gpus=args.simulated_gpus,
+        process_enabled=True if args.allow_process_runtime else None,
+        ca_file=args.ca_file if args.action == "run" else None,
+        allow_http=args.allow_http,
+        spool_max_bytes=args.spool_max_mb * 1024 * 1024,
+    )
+    run_remote_agent(credential, options)
+
+
+def _join_token(given: str) -> str:
+    """Return the join token; `-` reads it from stdin, which keeps it out of the process list and shell history."""
+    return sys.stdin.readline().strip() if given == "-" else given
+
+
+def _remote_agent_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpucloud agent",
+        description="The agent of a GPU host that reaches the console over HTTPS with a credential of its own "
+        "(no SECRET_KEY, database or Redis on the host). `gpucloud agent --node N` runs the co-located agent.",
+    )
+    actions = parser.add_subparsers(dest="action", required=True)
+    join = actions.add_parser("join", help="join the console with a one-time token, store the credential, and run")
+    join.add_argument("console_url", help="the console's URL, e.g. https://gpucloud.example.com")
+    join.add_argument("token", help="the one-time join token an operator made for this host (- reads it from stdin)")
+    join.add_argument("--force", action="store_true", help="replace an existing credential file")
+    join.add_argument("--no-run", action="store_true", help="store the credential and exit (run later: agent run)")
+    run = actions.add_parser("run", help="run the agent from the stored credential")
+    for sub in (join, run):
+        sub.add_argument(
+            "--credential-file",
+            help="where the credential is kept (default: /var/lib/gpucloud/agent/credential.json as root, "
+            "else ~/.config/gpucloud/agent.json)",
+        )
+        sub.add_argument("--ca-file", help="PEM file of a private CA to trust for the console's certificate")
+        sub.add_argument(
+            "--allow-http",
+            action="store_true",
+            help="accept a plain-HTTP console beyond loopback (the credential in clear)",
+        )
+        sub.add_argument(
+            "--work-dir", help="the agent's spool and files (default: the node's name beside the credential file)"
+        )
+        sub.add_argument("--probe", choices=["nvml", "simulated"], default="nvml", help="GPU probe (default: nvml)")
+        sub.add_argument("--simulated-gpus", type=int, default=8, help="GPUs of the simulated probe")
+        sub.add_argument("--allow-process-runtime", action="store_true", help="enable the non-isolated process runtime")
+        sub.add_argument(
+            "--spool-max-mb", type=int, default=256, help="MiB of undelivered reports kept on disk (default: 256)"
+        )
+        sub.add_argument("--loglevel", default="INFO")
+    return parser
+
+
 def cmd_manage(args: argparse.Namespace, extra: Sequence[str]) -> None:
     _setup_django()
     from django.core.management import execute_from_command_line
@@ -272,7 +368,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--beat", action="store_true", help="also run the periodic scheduler")
     worker.add_argument("--loglevel", default="INFO")
-    agent = commands.add_parser("agent", help="run the agent of one node")
+    agent = commands.add_parser(
+        "agent",
+        help="run the agent of one node",
+        epilog="A GPU host that reaches the console over HTTPS only: gpucloud agent join --help, gpucloud agent run.",
+    )
     agent.add_argument(
         "--node", default=os.environ.get("GPUCLOUD_NODE_NAME"), required="GPUCLOUD_NODE_NAME" not in os.environ
     )
@@ -300,6 +400,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         from jobs.scheduler.simulator.cli import main as simulate
 
         raise SystemExit(simulate(argv[1:]))
+    if argv[:2] in (["agent", "join"], ["agent", "run"]):
+        cmd_remote_agent(argv[1:])
+        return
     if argv[:1] == ["migrate"]:
         cmd_manage(argparse.Namespace(), ["migrate", *argv[1:]])
         return

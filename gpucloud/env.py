@@ -48,6 +48,16 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use 1/0, true/false, yes/no or on/off).")
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """Return the variable when it is one of `choices` (compared lower-case), `default` when unset."""
+    value = _raw(name)
+    if value is None:
+        return default
+    if value.lower() not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} must be one of: {', '.join(choices)}.")
+    return value.lower()
+
+
 def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """Return the variable as an integer within [minimum, maximum]."""
     value = _raw(name)

@@ -9,6 +9,7 @@ and their meanings are listed in compose/.env.example.
 from __future__ import annotations
 
 import os
+import secrets
 import tempfile
 import warnings
 from datetime import timedelta
@@ -19,6 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from gpucloud.env import (
     env_bool,
+    env_choice,
     env_int,
     env_list,
     env_networks,
@@ -35,11 +37,17 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = env_path("GPUCLOUD_DATA_DIR", BASE_DIR / "data")
 
 DEBUG = env_bool("DEBUG", False)
-REDIS_URL = env_url("REDIS_URL", None, schemes=("redis", "rediss", "unix"))
+# `agent`: a remote agent on a GPU host (`gpucloud agent join|run` sets it). It reaches the console over
+# HTTPS with a credential of its own and is given none of the console's secrets: REDIS_URL and DATABASE_URL
+# are never read, the database is a dummy that raises on any query, and SECRET_KEY is random per process
+# (the agent signs nothing; Django only needs one to start).
+ROLE = env_choice("GPUCLOUD_ROLE", "console", ("console", "agent"))
+AGENT_ROLE = ROLE == "agent"
+REDIS_URL = None if AGENT_ROLE else env_url("REDIS_URL", None, schemes=("redis", "rediss", "unix"))
 EMBEDDED = REDIS_URL is None
 
 
-SECRET_KEY = secret_key(DATA_DIR, required=not EMBEDDED and not DEBUG)
+SECRET_KEY = secrets.token_urlsafe(64) if AGENT_ROLE else secret_key(DATA_DIR, required=not EMBEDDED and not DEBUG)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 CSRF_FAILURE_VIEW = "gpucloud.views.csrf_failure"
@@ -102,7 +110,8 @@ TEMPLATES = [
 ]
 
 _database = parse_database_url(
-    "DATABASE_URL", env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'gpucloud.sqlite3'}") or ""
+    "DATABASE_URL",
+    (None if AGENT_ROLE else env_str("DATABASE_URL")) or f"sqlite:///{DATA_DIR / 'gpucloud.sqlite3'}",
 )
 DATABASES: dict[str, dict[str, Any]] = {
     "default": {
@@ -142,6 +151,9 @@ if _database.engine.endswith("sqlite3"):
     DATABASES["default"]["TEST"]["NAME"] = DATABASES["default"]["TEST"]["NAME"] or str(
         Path(tempfile.gettempdir()) / f"gpucloud-test-{os.getpid()}.sqlite3"
     )
+if AGENT_ROLE:
+    # Any query raises ImproperlyConfigured: an agent that reached for the database would fail, loudly.
+    DATABASES = {"default": {"ENGINE": "django.db.backends.dummy"}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 CACHES: dict[str, dict[str, Any]]

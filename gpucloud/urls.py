@@ -9,11 +9,16 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from accounting.api import urls as accounting_api
 from gpucloud import views
 from inventory.api import urls as inventory_api
+from jobs.api import agent as agent_gateway
 from jobs.api import urls as jobs_api
 from notifications.api import urls as notifications_api
 from tenants.api import urls as tenants_api
 
 api_v1: list[URLPattern | URLResolver] = [
+    # The agent gateway: node credentials only (jobs.api.agent); no trailing slash, as agents call them.
+    path("agent/join", agent_gateway.AgentJoinEndpoint.as_view(), name="agent-join"),
+    path("agent/reports", agent_gateway.AgentReportsEndpoint.as_view(), name="agent-reports"),
+    path("agent/commands", agent_gateway.AgentCommandsEndpoint.as_view(), name="agent-commands"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     path("tenants/<str:tenant>/", include(tenants_api.tenant.urls)),

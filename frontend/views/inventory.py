@@ -2,13 +2,15 @@
 
 Node actions are offered from the lifecycle's transition table; the
 services decide, so a stale page that asks for a forbidden change gets the
-service's 409 with the node's current state.
+service's 409 with the node's current state. A node's Agent panel issues
+join tokens and revokes the agent's credential (`inventory.services.agents`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -18,6 +20,7 @@ from django.forms import Form
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_POST
 
 from common.errors import Conflict
@@ -27,7 +30,8 @@ from frontend.access import actor_of, operator_view
 from frontend.views import again, attempt, message_of
 from inventory import selectors, services
 from inventory.choices import NodeState, PlacementPolicy, can_transition
-from inventory.models import Node, NodePool
+from inventory.models import Node, NodeCredential, NodeJoinToken, NodePool
+from inventory.services import agents
 from tenants.context import Actor
 from tenants.models import Tenant
 
@@ -201,11 +205,57 @@ NODE_ACTIONS = {
 }
 
 
+@dataclass(frozen=True)
+class AgentAction:
+    """A button of a node's Agent panel; its label names it where the page reports a refusal."""
+
+    name: str
+    label: str
+
+
+JOIN_TOKEN = AgentAction("join-token", "Create join token")
+REVOKE_AGENT = AgentAction("revoke-agent", "Revoke agent")
+
+
+@dataclass(frozen=True)
+class JoinInstructions:
+    """A join token just issued, shown in the response that issued it and nowhere else."""
+
+    secret: str
+    command: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class AgentPanel:
+    """What a node's Agent panel shows: the agent's live credential, if any, and what the operator may do."""
+
+    credential: NodeCredential | None
+    can_join: bool
+    revoke_form: Form
+    issued: JoinInstructions | None = None
+
+
+def _agent_panel(node: Node, *, revoke_form: Form | None = None, issued: JoinInstructions | None = None) -> AgentPanel:
+    # Simulated nodes have no agent: no credential to read (and no query for it).
+    return AgentPanel(
+        credential=None if node.is_simulated else agents.live_credential(node),
+        can_join=not node.is_simulated and node.state != NodeState.RETIRED,
+        revoke_form=revoke_form or forms.ReasonForm(prefix=REVOKE_AGENT.name),
+        issued=issued,
+    )
+
+
 @operator_view
 def ops_node(request: HttpRequest, name: str) -> HttpResponse:
-    """A node's summary, GPUs and history, and the lifecycle actions its state allows (POST `action`)."""
+    """A node's summary, agent, GPUs and history, and the actions its state allows (POST `action`)."""
     node = get_object_or_404(selectors.nodes_for_operators(), name=name)
-    action = NODE_ACTIONS.get(request.POST.get("action", "")) if request.method == "POST" else None
+    verb = request.POST.get("action", "") if request.method == "POST" else ""
+    if verb == JOIN_TOKEN.name:
+        return _issue_join_token(request, node)
+    if verb == REVOKE_AGENT.name:
+        return _revoke_agent(request, node)
+    action = NODE_ACTIONS.get(verb)
     if action is None:
         return _node_page(request, node)
     form = action.form(request.POST)
@@ -217,9 +267,38 @@ def ops_node(request: HttpRequest, name: str) -> HttpResponse:
     except ValidationError as error:
         forms.apply_service_errors(form, error)
     except Conflict as error:
-        current = get_object_or_404(selectors.nodes_for_operators(), pk=node.pk)
-        return _node_page(request, current, conflict=(action, error), status=409)
+        return _refused(request, node, action, error)
     return _node_page(request, node, bound=(action, form))
+
+
+def _issue_join_token(request: HttpRequest, node: Node) -> HttpResponse:
+    """Issue a join token and render it in this response only: never in the session, a URL or a cache."""
+    try:
+        issued = agents.issue_join_token(actor=actor_of(request), node=node)
+    except Conflict as error:
+        return _refused(request, node, JOIN_TOKEN, error)
+    token = issued.row
+    assert isinstance(token, NodeJoinToken)  # issue_join_token issues nothing else
+    console_url = request.build_absolute_uri("/").rstrip("/")
+    shown = JoinInstructions(issued.secret, agents.join_command(console_url, issued.secret), token.expires_at)
+    response = _node_page(request, node, agent=_agent_panel(node, issued=shown))
+    add_never_cache_headers(response)
+    return response
+
+
+def _revoke_agent(request: HttpRequest, node: Node) -> HttpResponse:
+    form = forms.ReasonForm(request.POST, prefix=REVOKE_AGENT.name)
+    if not form.is_valid():
+        return _node_page(request, node, agent=_agent_panel(node, revoke_form=form))
+    agents.revoke_node_credentials(actor=actor_of(request), node=node, reason=form.cleaned_data["reason"])
+    messages.success(request, f"Node {node.name}: agent revoked; it is cut off until the host joins again.")
+    return again(request)
+
+
+def _refused(request: HttpRequest, node: Node, action: NodeAction | AgentAction, error: Conflict) -> HttpResponse:
+    """Answer 409 with the node as it is now and why the service refused `action`."""
+    current = get_object_or_404(selectors.nodes_for_operators(), pk=node.pk)
+    return _node_page(request, current, conflict=(action, error), status=409)
 
 
 def _node_page(
@@ -227,7 +306,8 @@ def _node_page(
     node: Node,
     *,
     bound: tuple[NodeAction, Form] | None = None,
-    conflict: tuple[NodeAction, Conflict] | None = None,
+    conflict: tuple[NodeAction | AgentAction, Conflict] | None = None,
+    agent: AgentPanel | None = None,
     status: int = 200,
 ) -> HttpResponse:
     offered = [a for a in NODE_ACTIONS.values() if a.offered_from(node.state) or (bound and bound[0] is a)]
@@ -239,6 +319,7 @@ def _node_page(
         "metrics_path": live_paths.node_metrics(node.name),
         "events": ui_selectors.recent_node_events(node),
         "actions": actions,
+        "agent": agent or _agent_panel(node),
         "conflict": conflict,
     }
     return render(request, "frontend/ops_node.html", context, status=status)

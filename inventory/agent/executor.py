@@ -70,6 +70,7 @@ __all__ = [
     "ReplicaRef",
     "driver_spec",
     "executor",
+    "install_executor",
     "report",
 ]
 
@@ -352,4 +353,15 @@ def executor() -> Executor:
     with _executor_lock:
         if _executor is None:
             _executor = Executor()
+        return _executor
+
+
+def install_executor(config: AgentConfig, send: Callable[..., None]) -> Executor:
+    """Make this process's executor one for `config` whose reports go through `send`; return it.
+
+    The remote agent's reports go to its spool, not to a broker it cannot reach.
+    """
+    global _executor
+    with _executor_lock:
+        _executor = Executor(config, send=send)
         return _executor

@@ -83,6 +83,27 @@ def _pools(context: dict[str, Any]) -> Any:
     return NodePool.objects.all()
 
 
+class JoinTokenRequestSerializer(serializers.Serializer):
+    expires_in = Integer(min_value=60, max_value=7 * 86400, required=False, default=3600, help_text="Seconds.")
+
+
+class JoinTokenSerializer(serializers.Serializer):
+    """A join token, shown once, and the command that joins a host with it."""
+
+    node = serializers.CharField()
+    token = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+    command = serializers.CharField()
+
+
+class NodeAgentSerializer(serializers.Serializer):
+    """The node's live agent credential: which host joined, when, when it was last heard."""
+
+    host = serializers.CharField()
+    joined_at = serializers.DateTimeField(source="created_at")
+    last_seen_at = serializers.DateTimeField(allow_null=True)
+
+
 class NodeCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=63)
     pool = ScopedSlugField(selector=_pools, slug_field="name")

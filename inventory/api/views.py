@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import QuerySet
@@ -16,6 +17,7 @@ from rest_framework.response import Response
 from inventory import selectors, services
 from inventory.api import serializers as s
 from inventory.models import Gpu, Node, NodeEvent, NodePool
+from inventory.services import agents
 from tenants.api.base import PlatformViewSet
 from tenants.choices import Role
 
@@ -115,6 +117,27 @@ class NodeEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformVie
     def maintenance(self, request: Request, name: str) -> Response:
         """Enter maintenance (through draining) when nothing holds the node's GPUs; `reason` required."""
         return self._act(services.enter_maintenance)
+
+    @extend_schema(request=s.JoinTokenRequestSerializer, responses={201: s.JoinTokenSerializer})
+    @action(detail=True, methods=["post"], url_path="join-token")
+    def join_token(self, request: Request, name: str) -> Response:
+        """Issue a one-time join token for a fresh host (voids earlier unused ones); shown once."""
+        data = self.validated_input(s.JoinTokenRequestSerializer)
+        node = self.get_object()
+        issued = agents.issue_join_token(actor=self.actor, node=node, ttl=timedelta(seconds=data["expires_in"]))
+        body = {
+            "node": node.name,
+            "token": issued.secret,
+            "expires_at": issued.row.expires_at,
+            "command": agents.join_command(request.build_absolute_uri("/").rstrip("/"), issued.secret),
+        }
+        return Response(s.JoinTokenSerializer(body).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.ReasonSerializer, responses={200: s.NodeSerializer})
+    @action(detail=True, methods=["post"], url_path="revoke-agent")
+    def revoke_agent(self, request: Request, name: str) -> Response:
+        """Cut the node's agent off now: its credential stops working at its next request."""
+        return self._act(agents.revoke_node_credentials)
 
     @extend_schema(request=s.ReasonSerializer, responses={200: s.NodeSerializer})
     @action(detail=True, methods=["post"])

@@ -208,6 +208,18 @@ class GpuMinute(models.Model):
         return self.power_sum / self.power_samples if self.power_samples else None
 
 
+from inventory.models.agents import NodeCredential, NodeJoinToken  # noqa: E402
 from inventory.models.storage import StorageBackend, Volume, VolumeShare  # noqa: E402
 
-__all__ = ["Gpu", "GpuMinute", "Node", "NodeEvent", "NodePool", "StorageBackend", "Volume", "VolumeShare"]
+__all__ = [
+    "Gpu",
+    "GpuMinute",
+    "Node",
+    "NodeCredential",
+    "NodeEvent",
+    "NodeJoinToken",
+    "NodePool",
+    "StorageBackend",
+    "Volume",
+    "VolumeShare",
+]

@@ -291,6 +291,10 @@ def retire_node(*, actor: Actor, node: Node, reason: str = "") -> Node:
         raise Conflict("GPUs of this node are still held.", code="node_busy", details={"current_state": node.state})
     node = transition_node(node, NodeState.RETIRED, actor=actor, reason=reason.strip(), action="node.retire")
     Gpu.objects.filter(node=node).update(present=False)
+    # A retired node's agent is refused at its next request anyway; revoking also ends its waiting poll.
+    from inventory.services.agents import revoke_credentials  # agents builds on this module
+
+    revoke_credentials(node, actor=actor, reason="node retired")
     return node
 
 

@@ -130,6 +130,14 @@ def provision_node(*, actor: Actor, node: Node) -> Node:
     The probe is sent once the transaction commits.
     """
     require_operator(actor)
+    return begin_provisioning(node, actor=actor)
+
+
+def begin_provisioning(node: Node, *, actor: Actor) -> Node:
+    """Move `node` to provisioning with a new attempt and send its probe on commit; the caller checked rights.
+
+    Must run inside a transaction. Raises IllegalTransition from ready or retired.
+    """
     node = Node.objects.select_for_update().get(pk=node.pk)
     attempt = node.provisioning_attempt + 1
     node = transition_node(

@@ -395,9 +395,26 @@ CONTRACTS = [
         setup=_ready_node,
         create=lambda w, x: {"name": "fresh-node", "pool": "shared", "runtime": "simulated", "simulated_gpu_count": 4},
         update=lambda w, x: {"labels": {"rack": "r1"}},
-        actions={name: _reason for name in ("provision", "cordon", "uncordon", "drain", "maintenance", "retire")},
-        # From ready: provisioning, uncordoning and retiring are illegal transitions.
-        authorized_status={"action:provision": 409, "action:uncordon": 409, "action:retire": 409},
+        actions={
+            name: _reason
+            for name in (
+                "provision",
+                "cordon",
+                "uncordon",
+                "drain",
+                "maintenance",
+                "retire",
+                "join-token",
+                "revoke-agent",
+            )
+        },
+        # From ready: provisioning, uncordoning and retiring are illegal transitions; a simulated node joins no host.
+        authorized_status={
+            "action:provision": 409,
+            "action:uncordon": 409,
+            "action:retire": 409,
+            "action:join-token": 409,
+        },
     ),
     Contract(
         basename="node-gpu",

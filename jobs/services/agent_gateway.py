@@ -1,0 +1,291 @@
+"""The agent gateway: what a joined GPU host may say and hear, bound to the node its credential names.
+
+A joined agent speaks HTTPS only (`jobs.api.agent`). It posts batches of
+messages and long-polls for commands; this module is the rule for both:
+
+- `check_messages` refuses a batch with anything that is not this node's
+  own: a report on another node's replica, a heartbeat naming another node
+  or carrying another node's GPU, a result of a command sent elsewhere, a
+  task outside the reports an agent makes, or arguments the task does not
+  take. Nothing of a refused batch is delivered.
+- `deliver_messages` hands the rest to the same places the co-located
+  agent uses: report tasks to the control or ingest queue, heartbeats to
+  the mailbox, samples to the node's live group, probe results to the
+  callback the controller linked. The node is always the credential's.
+- `take_commands` pops the node's Celery queue (`node.<name>`) on the
+  agent's behalf and turns each message into `{id, task, args, kwargs}`.
+
+Delivery is at least once: a batch whose answer was lost is sent again,
+and every report is idempotent (log batches are chained by cursor).
+Commands are taken at most once, as Celery's early acknowledgement does
+for the co-located agent; reconcile re-sends what a lost command left
+undone.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from celery import current_app as app
+from celery import signature
+from django.core.cache import cache
+from django.db.models import Q
+
+from common.control import queue_for
+from inventory.agent.reporter import node_gpu_group
+from inventory.agent.transport import publish_samples
+from inventory.mailbox import post_report
+from inventory.models import Gpu, Node, agent_queue_for
+from jobs.models import Replica
+
+log = logging.getLogger(__name__)
+
+REPLICA_TASKS = frozenset(
+    {
+        "jobs.replica_started",
+        "jobs.replica_pulling",
+        "jobs.replica_ready",
+        "jobs.replica_exited",
+        "jobs.replica_checkpointed",
+    }
+)
+LOG_TASK = "jobs.ingest_log_batches"
+NODE_TASK = "jobs.node_replicas"
+FREE_TASKS = frozenset({"jobs.reconcile"})
+REPORT_TASKS = REPLICA_TASKS | FREE_TASKS | {LOG_TASK, NODE_TASK}
+"""Every task an agent's reports may name; anything else is refused."""
+
+COMMAND_TASKS = frozenset(
+    {"agent.probe_node", "agent.start_replica", "agent.stop_replica", "agent.watch_replica", "agent.list_replicas"}
+)
+"""What the controller sends a node's queue; anything else found there is dropped, not handed out."""
+
+MESSAGE_KINDS = frozenset({"task", "heartbeat", "samples", "result"})
+MAX_MESSAGES = 1000
+MAX_COMMANDS = 50
+# A command's linked callbacks wait here for its result; a probe is void after NODE_PROVISION_TIMEOUT anyway.
+_COMMAND_KEY = "agent.command.{id}"
+_COMMAND_SECONDS = 86400
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One refused message: its index in the batch and the rule it broke."""
+
+    index: int
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "reason": self.reason}
+
+
+ReplicaKey = tuple[int, int, int]
+
+
+def _replica_key(kwargs: dict[str, Any]) -> ReplicaKey | None:
+    values = (kwargs.get("workload_id"), kwargs.get("attempt"), kwargs.get("replica"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return None
+    return (int(values[0]), int(values[1]), int(values[2]))  # type: ignore[arg-type]  # ints, checked above
+
+
+def _signature_error(task: str, kwargs: dict[str, Any]) -> str | None:
+    """Return why `kwargs` do not fit `task`'s parameters, or None when they do."""
+    run = app.tasks[task].run
+    try:
+        inspect.signature(run).bind(**kwargs)
+    except TypeError as error:
+        return f"{task}: {error}"
+    return None
+
+
+def _shape_error(message: Any) -> str | None:
+    """Return why `message` is not a well-formed message of a known kind, or None."""
+    if not isinstance(message, dict):
+        return "a message is a JSON object"
+    kind = message.get("kind")
+    if kind not in MESSAGE_KINDS:
+        return f"kind must be one of {', '.join(sorted(MESSAGE_KINDS))}"
+    if kind == "task":
+        task, kwargs = message.get("task"), message.get("kwargs", {})
+        if task not in REPORT_TASKS:
+            return f"task {task!r} is not a report an agent makes"
+        if not isinstance(kwargs, dict):
+            return "kwargs must be an object"
+        return _signature_error(str(task), kwargs)
+    if kind == "heartbeat" and not isinstance(message.get("report"), dict):
+        return "report must be an object"
+    if kind == "samples" and not isinstance(message.get("samples"), list):
+        return "samples must be a list"
+    if kind == "result" and not isinstance(message.get("id"), str):
+        return "id must be the command's id"
+    return None
+
+
+def _replicas_named(index: int, message: dict[str, Any]) -> list[tuple[int, ReplicaKey | None]]:
+    """Return (index, replica key) for every replica a task message reports on (None for a malformed one)."""
+    task, kwargs = message["task"], message.get("kwargs", {})
+    if task in REPLICA_TASKS:
+        return [(index, _replica_key(kwargs))]
+    if task == LOG_TASK:
+        batches = kwargs.get("batches")
+        if not isinstance(batches, list):
+            return [(index, None)]
+        return [(index, _replica_key(batch) if isinstance(batch, dict) else None) for batch in batches]
+    return []
+
+
+def _replicas_on_node(node: Node, keys: Iterable[ReplicaKey]) -> set[ReplicaKey]:
+    """Return which of `keys` name replicas that ran or run on `node` (one query)."""
+    wanted = set(keys)
+    if not wanted:
+        return set()
+    match = Q()
+    for workload_id, attempt, index in wanted:
+        match |= Q(workload_id=workload_id, attempt=attempt, index=index)
+    rows = Replica.all_tenants.filter(match, node=node).values_list("workload_id", "attempt", "index")
+    return {(w, a, i) for w, a, i in rows}
+
+
+def _uuids(report: dict[str, Any]) -> set[str]:
+    found = {str(sample.get("uuid")) for sample in report.get("samples") or [] if isinstance(sample, dict)}
+    history = report.get("history")
+    return found | (set(map(str, history)) if isinstance(history, dict) else set())
+
+
+def _foreign_gpus(node: Node, uuids: set[str]) -> set[str]:
+    """Return the UUIDs among `uuids` that belong to GPUs of other nodes."""
+    if not uuids:
+        return set()
+    return set(Gpu.objects.filter(uuid__in=uuids).exclude(node=node).values_list("uuid", flat=True))
+
+
+def check_messages(node: Node, messages: list[Any]) -> list[Rejection]:
+    """Return every message of the batch that `node` may not send, with the rule it broke; [] when all may go."""
+    rejections: list[Rejection] = []
+    if len(messages) > MAX_MESSAGES:
+        return [Rejection(MAX_MESSAGES, f"a batch holds at most {MAX_MESSAGES} messages")]
+    named: list[tuple[int, ReplicaKey | None]] = []
+    uuids_by_index: dict[int, set[str]] = {}
+    for index, message in enumerate(messages):
+        error = _shape_error(message)
+        if error is not None:
+            rejections.append(Rejection(index, error))
+            continue
+        kind = message["kind"]
+        if kind == "task":
+            named.extend(_replicas_named(index, message))
+            if message["task"] == NODE_TASK and message["kwargs"].get("node") != node.name:
+                rejections.append(Rejection(index, f"a node reports only its own replicas (node {node.name})"))
+        elif kind == "heartbeat":
+            if message["report"].get("node", node.name) != node.name:
+                rejections.append(Rejection(index, f"a heartbeat names its own node ({node.name})"))
+            uuids_by_index[index] = _uuids(message["report"])
+        elif kind == "samples":
+            uuids_by_index[index] = {str(s.get("uuid")) for s in message["samples"] if isinstance(s, dict)}
+        elif kind == "result":
+            sent_to = (cache.get(_COMMAND_KEY.format(id=message["id"])) or {}).get("node")
+            if sent_to is not None and sent_to != node.name:
+                rejections.append(Rejection(index, "a result answers a command sent to this node"))
+    ours = _replicas_on_node(node, [key for _, key in named if key is not None])
+    for index, key in named:
+        if key is None:
+            rejections.append(Rejection(index, "workload_id, attempt and replica must be integers"))
+        elif key not in ours:
+            rejections.append(Rejection(index, f"replica {key[0]}/{key[1]}/{key[2]} does not run on {node.name}"))
+    foreign = _foreign_gpus(node, set().union(*uuids_by_index.values()) if uuids_by_index else set())
+    for index, uuids in uuids_by_index.items():
+        if uuids & foreign:
+            rejections.append(Rejection(index, f"GPU {sorted(uuids & foreign)[0]} belongs to another node"))
+    return sorted(set(rejections), key=lambda r: r.index)
+
+
+def deliver_messages(node: Node, messages: list[dict[str, Any]]) -> int:
+    """Hand every message (checked by `check_messages`) on, in order; return how many. Raises what the broker raises."""
+    for message in messages:
+        kind = message["kind"]
+        if kind == "task":
+            task = message["task"]
+            app.send_task(task, kwargs=message.get("kwargs", {}), queue=queue_for(task))
+        elif kind == "heartbeat":
+            post_report({**message["report"], "node": node.name})
+        elif kind == "samples":
+            publish_samples(node_gpu_group(node.name), message["samples"])
+        elif kind == "result":
+            _answer(node, message["id"], message.get("result"))
+    return len(messages)
+
+
+def _answer(node: Node, command_id: str, result: Any) -> None:
+    """Run the callbacks the controller linked to command `command_id` with its result (once)."""
+    key = _COMMAND_KEY.format(id=command_id)
+    pending = cache.get(key)
+    if not pending or pending.get("node") != node.name:
+        log.info("result of command %s from %s: no callback waits for it", command_id, node.name)
+        return
+    cache.delete(key)
+    for callback in pending.get("callbacks") or []:
+        signature(callback, app=app).apply_async((result,))
+
+
+def _expired(headers: dict[str, Any]) -> bool:
+    expires = headers.get("expires")
+    if not expires:
+        return False
+    try:
+        return datetime.fromisoformat(str(expires)) <= datetime.now(UTC)
+    except ValueError:
+        return False
+
+
+def _command(node: Node, headers: dict[str, Any], payload: Any) -> dict[str, Any] | None:
+    """Return the command a Celery message on the node's queue carries, or None for one not to hand out."""
+    task = headers.get("task")
+    if task not in COMMAND_TASKS or not isinstance(payload, list | tuple) or len(payload) != 3:
+        log.warning("dropping message %r on %s's queue: not an agent command", task, node.name)
+        return None
+    if _expired(headers):
+        return None
+    args, kwargs, embed = payload
+    command_id = str(headers.get("id") or "")
+    callbacks = (embed or {}).get("callbacks") or []
+    if callbacks:
+        cache.set(_COMMAND_KEY.format(id=command_id), {"node": node.name, "callbacks": callbacks}, _COMMAND_SECONDS)
+    return {"id": command_id, "task": task, "args": list(args or []), "kwargs": dict(kwargs or {})}
+
+
+def take_commands(node: Node, *, wait: float, still_allowed: Callable[[], bool], slice_seconds: float = 1.0) -> list:
+    """Take up to MAX_COMMANDS waiting commands of `node`, waiting up to `wait` seconds for the first.
+
+    The wait is cut into `slice_seconds` slices and `still_allowed` is asked
+    between them: an agent cut off while it waits gets nothing more.
+    """
+    deadline = time.monotonic() + wait
+    with app.connection_for_read() as connection:
+        queue = connection.SimpleQueue(agent_queue_for(node.name), serializer="json")
+        try:
+            commands: list[dict[str, Any]] = []
+            while True:
+                timeout = min(slice_seconds, max(0.0, deadline - time.monotonic()))
+                try:
+                    message = queue.get(block=timeout > 0, timeout=timeout or None)
+                except queue.Empty:
+                    if commands or time.monotonic() >= deadline or not still_allowed():
+                        return commands
+                    continue
+                message.ack()
+                command = _command(node, dict(message.headers or {}), message.payload)
+                if command is not None:
+                    commands.append(command)
+                if len(commands) >= MAX_COMMANDS:
+                    return commands
+                # The first command found: take what else waits now, without waiting more.
+                deadline = min(deadline, time.monotonic())
+        finally:
+            queue.close()
