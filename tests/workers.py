@@ -66,9 +66,12 @@ def wait_until(predicate: Callable[[], object], timeout: float = 15.0, *, interv
 
 
 @contextmanager
-def uvicorn_server(app: Any) -> Iterator[str]:
-    """Serve the ASGI `app` (lifespan included) under uvicorn on a free loopback port for the block; yield its URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on", log_level="warning"))
+def uvicorn_server(app: Any, *, port: int = 0) -> Iterator[str]:
+    """Serve the ASGI `app` (lifespan included) under uvicorn on loopback for the block; yield its URL.
+
+    `port` 0 takes a free one; a given port lets a test stop the console and start it again where clients expect it.
+    """
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     assert wait_until(lambda: server.started, timeout=20, interval=0.02), "uvicorn did not start"

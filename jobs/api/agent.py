@@ -6,8 +6,9 @@
 - `POST /api/v1/agent/reports` `{messages: [...]}` -> 200 `{accepted}`;
   403 with every refused message when any is not the node's own (nothing
   is delivered), 503 when the broker cannot take them (send again).
-- `GET /api/v1/agent/commands?wait=S` -> 200 `{commands: [...]}`, waiting
-  up to S seconds (at most 25) for the first.
+- `GET /api/v1/agent/commands?wait=S&ack=ID,...` -> 200 `{commands: [...]}`,
+  waiting up to S seconds (at most 25) for the first; `ack` names the
+  commands the previous poll brought (the others are handed out again).
 
 The last two take `Authorization: Node <credential>` and nothing else.
 """
@@ -122,5 +123,10 @@ class AgentCommandsEndpoint(_AgentEndpoint):
         # revocation meanwhile reaches it through the cache, between slices of at most a second.
         if not connection.in_atomic_block:
             connection.close()
-        commands = agent_gateway.take_commands(node, wait=wait, still_allowed=lambda: not is_cut_off(credential))
+        acked = [part for part in request.query_params.get("ack", "").split(",") if part][
+            : agent_gateway.MAX_COMMANDS * 4
+        ]
+        commands = agent_gateway.take_commands(
+            node, wait=wait, still_allowed=lambda: not is_cut_off(credential), acked=acked
+        )
         return Response({"commands": commands})

@@ -15,11 +15,13 @@ messages and long-polls for commands; this module is the rule for both:
 - `take_commands` pops the node's Celery queue (`node.<name>`) on the
   agent's behalf and turns each message into `{id, task, args, kwargs}`.
 
-Delivery is at least once: a batch whose answer was lost is sent again,
-and every report is idempotent (log batches are chained by cursor).
-Commands are taken at most once, as Celery's early acknowledgement does
-for the co-located agent; reconcile re-sends what a lost command left
-undone.
+Delivery is at least once both ways. A batch whose answer was lost is
+sent again, and every report is idempotent (log batches are chained by
+cursor). A command handed to a poll stays in the node's in-flight list
+until the agent's next poll acknowledges it (`ack=id,...`); whatever that
+poll does not acknowledge never arrived (the answer was cut, the agent was
+killed mid-poll) and is handed out again at once. The agent runs each id
+once.
 """
 
 from __future__ import annotations
@@ -260,31 +262,73 @@ def _command(node: Node, headers: dict[str, Any], payload: Any) -> dict[str, Any
     return {"id": command_id, "task": task, "args": list(args or []), "kwargs": dict(kwargs or {})}
 
 
-def take_commands(node: Node, *, wait: float, still_allowed: Callable[[], bool], slice_seconds: float = 1.0) -> list:
-    """Take up to MAX_COMMANDS waiting commands of `node`, waiting up to `wait` seconds for the first.
+_INFLIGHT_KEY = "agent.inflight.{node}"
 
+
+def _unexpired(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [entry for entry in entries if not _expired({"expires": entry.get("expires")})]
+
+
+def take_commands(
+    node: Node,
+    *,
+    wait: float,
+    still_allowed: Callable[[], bool],
+    acked: Iterable[str] = (),
+    slice_seconds: float = 1.0,
+) -> list[dict[str, Any]]:
+    """Return the node's commands: those handed out before and not in `acked` first, then new ones.
+
+    New ones are taken from the node's queue, up to MAX_COMMANDS, waiting up
+    to `wait` seconds for the first when nothing is to be handed out again.
     The wait is cut into `slice_seconds` slices and `still_allowed` is asked
-    between them: an agent cut off while it waits gets nothing more.
+    between them: an agent cut off while it waits gets nothing more. Every
+    command returned stays in flight until a later call acknowledges it.
     """
+    key = _INFLIGHT_KEY.format(node=node.name)
+    done = set(acked)
+    again = _unexpired([entry for entry in cache.get(key) or [] if entry["command"]["id"] not in done])
+    fresh: list[dict[str, Any]] = []
+    if len(again) < MAX_COMMANDS:
+        fresh = _take_from_queue(
+            node,
+            wait=0.0 if again else wait,
+            still_allowed=still_allowed,
+            limit=MAX_COMMANDS - len(again),
+            slice_seconds=slice_seconds,
+        )
+    # Read again just before writing: a poll cut off meanwhile (its client gone) may have added some.
+    latest = [entry for entry in cache.get(key) or [] if entry["command"]["id"] not in done]
+    known = {entry["command"]["id"] for entry in again + fresh}
+    inflight = again + fresh + [entry for entry in latest if entry["command"]["id"] not in known]
+    cache.set(key, inflight, _COMMAND_SECONDS)
+    return [entry["command"] for entry in again + fresh]
+
+
+def _take_from_queue(
+    node: Node, *, wait: float, still_allowed: Callable[[], bool], limit: int, slice_seconds: float
+) -> list[dict[str, Any]]:
+    """Take up to `limit` commands off the node's queue as in-flight entries, waiting up to `wait` for the first."""
     deadline = time.monotonic() + wait
     with app.connection_for_read() as connection:
         queue = connection.SimpleQueue(agent_queue_for(node.name), serializer="json")
         try:
-            commands: list[dict[str, Any]] = []
+            taken: list[dict[str, Any]] = []
             while True:
                 timeout = min(slice_seconds, max(0.0, deadline - time.monotonic()))
                 try:
                     message = queue.get(block=timeout > 0, timeout=timeout or None)
                 except queue.Empty:
-                    if commands or time.monotonic() >= deadline or not still_allowed():
-                        return commands
+                    if taken or time.monotonic() >= deadline or not still_allowed():
+                        return taken
                     continue
+                headers = dict(message.headers or {})
+                command = _command(node, headers, message.payload)
                 message.ack()
-                command = _command(node, dict(message.headers or {}), message.payload)
                 if command is not None:
-                    commands.append(command)
-                if len(commands) >= MAX_COMMANDS:
-                    return commands
+                    taken.append({"command": command, "expires": headers.get("expires")})
+                if len(taken) >= limit:
+                    return taken
                 # The first command found: take what else waits now, without waiting more.
                 deadline = min(deadline, time.monotonic())
         finally:

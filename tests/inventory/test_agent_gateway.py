@@ -259,7 +259,9 @@ def test_commands_reach_only_their_node_and_a_probe_result_completes_provisionin
         commands = agent.get("/api/v1/agent/commands?wait=5").json()["commands"]
         assert [c["task"] for c in commands] == ["agent.probe_node"]
         assert commands[0]["args"][0]["node"] == "gpu-a"
-        assert agent.get("/api/v1/agent/commands?wait=0").json() == {"commands": []}  # taken once
+        # Not acknowledged: the answer never arrived (a cut connection), so the next poll gets it again.
+        assert agent.get("/api/v1/agent/commands?wait=0").json()["commands"] == commands
+        assert agent.get(f"/api/v1/agent/commands?wait=0&ack={commands[0]['id']}").json() == {"commands": []}
         # The neighbour cannot answer it; the node itself can, and provisioning completes with its report.
         result = {"kind": "result", "id": commands[0]["id"], "result": {"error": {"step": "probe", "message": "x"}}}
         assert neighbour.post("/api/v1/agent/reports", {"messages": [result]}, format="json").status_code == 403

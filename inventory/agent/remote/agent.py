@@ -93,7 +93,7 @@ class RemoteAgent:
         self.executor = install_executor(self.config, send=self.spool_task)
         self.sender.start()
         runner = CommandRunner(agent_tasks(), self.spool.put, threads=AGENT_THREADS)
-        self.poller = CommandPoller(lambda: self._commands.poll_commands(self.options.poll_wait), runner)
+        self.poller = CommandPoller(lambda acks: self._commands.poll_commands(self.options.poll_wait, acks), runner)
         self.poller.start()
         self.reporter = Reporter(
             node=self.config.node,

@@ -6,7 +6,9 @@ import random
 from collections.abc import Callable
 
 BASE_SECONDS = 0.5
-CAP_SECONDS = 30.0
+# A console or network outage is over for the agent within about this (half on average, with the jitter):
+# long enough that a thousand agents coming back spread over it, short enough that reports resume promptly.
+CAP_SECONDS = 10.0
 # An unknown or revoked credential will not heal by itself soon: an operator has to act. Retry slowly.
 UNAUTHORIZED_CAP_SECONDS = 60.0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -156,10 +157,16 @@ class ConsoleClient:
             return Reply(Delivery.FAILED, detail=f"{type(error).__name__}: {error}")
         return Reply(delivery_for(response.status_code), response.status_code, response.text[:2000])
 
-    def poll_commands(self, wait: int = POLL_WAIT_SECONDS) -> Reply:
-        """Wait up to `wait` seconds for work; return the commands (in `Reply.commands`, empty when none came)."""
+    def poll_commands(self, wait: int = POLL_WAIT_SECONDS, acks: Sequence[str] = ()) -> Reply:
+        """Wait up to `wait` seconds for work; return the commands (in `Reply.commands`, empty when none came).
+
+        `acks` names the commands the previous poll brought: the console hands any other it gave out again.
+        """
+        params: dict[str, Any] = {"wait": wait}
+        if acks:
+            params["ack"] = ",".join(acks)
         try:
-            response = self._http.get(self.console + COMMANDS_PATH, params={"wait": wait}, timeout=POLL_TIMEOUT)
+            response = self._http.get(self.console + COMMANDS_PATH, params=params, timeout=POLL_TIMEOUT)
         except httpx.HTTPError as error:
             return Reply(Delivery.FAILED, detail=f"{type(error).__name__}: {error}")
         delivery = delivery_for(response.status_code)
@@ -178,7 +185,9 @@ class ConsoleClient:
 def _detail(response: httpx.Response) -> str:
     """Return the console's `detail` of an error answer, or the start of its body."""
     try:
-        return str(response.json()["detail"])
+        body = response.json()
+        # The console's error format is {"error": {"code", "message"}}; `detail` is DRF's own.
+        return str(body["error"]["message"] if "error" in body else body["detail"])
     except (ValueError, KeyError, TypeError):
         return response.text[:500] or response.reason_phrase
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,11 +36,20 @@ def agent_tasks() -> dict[str, Handler]:
     return {task.name: task for task in found}
 
 
+# Ids of commands already taken, so a command the console hands out again (its first answer was lost) runs once.
+REMEMBERED_COMMANDS = 10_000
+
+
 class CommandRunner:
-    """Runs commands on `threads` daemon threads; results that are not None go to `spool_result` as messages."""
+    """Runs commands on `threads` daemon threads; results that are not None go to `spool_result` as messages.
+
+    A command whose id was submitted before is dropped: the console delivers
+    at least once (`CommandPoller` acknowledges what it received).
+    """
 
     def __init__(self, handlers: Mapping[str, Handler], spool_result: SpoolResult, *, threads: int) -> None:
         self.handlers, self.spool_result = handlers, spool_result
+        self._seen: OrderedDict[str, None] = OrderedDict()
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
         self._threads = [
             threading.Thread(target=self._work, name=f"agent-command-{index}", daemon=True) for index in range(threads)
@@ -48,7 +58,15 @@ class CommandRunner:
             thread.start()
 
     def submit(self, command: dict[str, Any]) -> None:
-        """Queue `command` for the next free thread; returns at once."""
+        """Queue `command` for the next free thread, unless its id was seen already; returns at once."""
+        command_id = str(command.get("id") or "")
+        if command_id:
+            if command_id in self._seen:
+                log.info("command %s was delivered again: already taken", command_id)
+                return
+            self._seen[command_id] = None
+            while len(self._seen) > REMEMBERED_COMMANDS:
+                self._seen.popitem(last=False)
         self._queue.put(command)
 
     def run(self, command: dict[str, Any]) -> None:
@@ -72,18 +90,27 @@ class CommandRunner:
 
 
 class CommandPoller:
-    """Long-polls the console (`poll`) for commands and hands each to `runner` until stopped."""
+    """Long-polls the console (`poll(acks)`) for commands and hands each to `runner` until stopped.
 
-    def __init__(self, poll: Callable[[], Reply], runner: CommandRunner, *, backoff: Backoff | None = None) -> None:
+    Each poll acknowledges the commands the previous one brought; the
+    console hands out again whatever was given to a poll whose answer never
+    arrived (a connection cut, an agent killed mid-poll).
+    """
+
+    def __init__(
+        self, poll: Callable[[list[str]], Reply], runner: CommandRunner, *, backoff: Backoff | None = None
+    ) -> None:
         self.poll, self.runner = poll, runner
         self.backoff = backoff or Backoff()
+        self._acks: list[str] = []
         self._stopped = threading.Event()
 
     def poll_once(self) -> float:
         """Ask once and hand over what came; return the seconds to wait before asking again."""
-        reply = self.poll()
+        reply = self.poll(self._acks)
         if reply.delivery is Delivery.DELIVERED:
             self.backoff.reset()
+            self._acks = [str(command["id"]) for command in reply.commands if command.get("id")]
             for command in reply.commands:
                 self.runner.submit(command)
             return 0.0

@@ -1,0 +1,470 @@
+"""Scale-out: two web and two controller worker processes on one Postgres and Redis act as one console.
+
+The console runs as a deployment runs it, each component a real process of
+its own started with the `gpucloud` command on the test database: web 1 and
+web 2 (`gpucloud serve`, each on a free loopback port), worker 1 (`gpucloud
+worker --beat`) and worker 2 (`gpucloud worker`), both on the control and
+ingest queues, and the agent of one process-runtime node (`gpucloud agent`,
+four simulated GPUs). The tests submit through both web processes, stream
+through the one that did not take the submission, and reach a notebook
+through the proxy of either; whichever worker picks up a task, the results
+must be those of one process.
+
+Where a test needs the scheduler to wait, it holds the scheduler's Postgres
+advisory lock itself: every pass of either worker is refused until it lets
+go, which is also the proof that passes are single-flight across processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from django.conf import settings
+from django.core.cache.backends.redis import RedisCache
+from django.db import connection
+from websockets.sync.client import ClientConnection
+from websockets.sync.client import connect as ws_connect
+from websockets.sync.connection import Connection
+from websockets.typing import Subprotocol
+
+from inventory.choices import NodeState
+from inventory.models import Node
+from inventory.services.nodes import register_node
+from inventory.services.provisioning import provision_node
+from jobs import selectors
+from jobs.choices import WorkloadState
+from jobs.models import Allocation, Replica, Workload, WorkloadEvent
+from jobs.scheduler.shell import ADVISORY_LOCK_KEY, PASS_WANTED_KEY
+from tenants.context import Actor
+from tenants.scoping import tenant_scope
+from tests.conftest import World
+from tests.frontend.live import token_for
+from tests.jobs.factories import assign, give_quota
+from tests.jobs.test_proxy import browser, execute, websocket
+from tests.workers import kill_process_sessions, wait_until
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE = "scale-out"
+GPUS = 4
+WORKLOADS = "/api/v1/tenants/tenant-a/workloads/"
+# The variables the console's processes get from the test alone (the test database's, not the caller's).
+_OWN = ("DATABASE_URL", "DATABASE_TEST_NAME", "REDIS_URL", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS")
+
+
+# --- the deployment ---------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Component:
+    """One process of the console, in a session of its own so that stopping it takes everything it forked."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    ready: Callable[[Component], bool]
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: dict[str, str]) -> None:
+        command = [sys.executable, "-c", "from gpucloud.cli import main; main()", *self.argv]
+        with self.log.open("wb") as output:
+            self.process = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, lines: int = 40) -> str:
+        return f"--- {self.name} ---\n" + "\n".join(self.output().splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """SIGTERM the process group, SIGKILL whatever is left of it after 15 s."""
+        if self.process is None:
+            return
+        for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
+            with suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+            with suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=wait)
+                break
+
+
+@dataclass
+class Deployment:
+    """The console's processes: two web, two controller workers (one with beat) and one node's agent."""
+
+    data_dir: Path
+    webs: list[str] = field(default_factory=list)
+    components: list[Component] = field(default_factory=list)
+
+    @property
+    def workers(self) -> list[Component]:
+        return [component for component in self.components if component.name.startswith("worker-")]
+
+    @property
+    def agent_work_dir(self) -> Path:
+        return self.data_dir / "agent" / NODE
+
+    def diagnostics(self) -> str:
+        return "\n".join(component.tail() for component in self.components)
+
+
+def _answers(base: str) -> Callable[[Component], bool]:
+    def ready(_: Component) -> bool:
+        try:
+            return httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return ready
+
+
+def _worker_ready(component: Component) -> bool:
+    return " ready." in component.output()
+
+
+def _started(component: Component) -> bool:
+    """Wait until `component` serves (or exits); return whether it serves."""
+    wait_until(lambda: component.ready(component) or not component.alive, timeout=120, interval=0.3)
+    return component.alive and component.ready(component)
+
+
+def _environment(data_dir: Path) -> dict[str, str]:
+    """Return the environment of every component: the test's database, Redis and secret key, a data directory."""
+    database = connection.settings_dict
+    user, password = quote(database["USER"] or "", safe=""), quote(database["PASSWORD"] or "", safe="")
+    url = f"postgres://{user}:{password}@{database['HOST']}:{database['PORT'] or 5432}/{database['NAME']}"
+    env = {k: v for k, v in os.environ.items() if k not in _OWN and not k.startswith("GPUCLOUD_")}
+    env.update(
+        DATABASE_URL=url,
+        REDIS_URL=str(settings.REDIS_URL),
+        SECRET_KEY=settings.SECRET_KEY,
+        DJANGO_SETTINGS_MODULE="gpucloud.settings",
+        PYTHONUNBUFFERED="1",
+        GPUCLOUD_DATA_DIR=str(data_dir),
+        GPUCLOUD_AGENT_PULL_IMAGES="0",
+        # A small pool per process: five processes share the Postgres other test runs use.
+        DATABASE_POOL_SIZE="5",
+        # Jupyter from the suite's own interpreter: the process runtime gives workloads a minimal PATH.
+        NOTEBOOK_COMMAND=f"{sys.executable},-m,jupyter_server",
+        # Celery logs each task a worker takes at DEBUG only: the test reads them to see both workers work.
+        LOG_LEVEL="DEBUG",
+    )
+    return env
+
+
+@pytest.fixture(scope="module")
+def deployment(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """Start the five processes on the test database; yield once every one of them serves."""
+    data_dir = tmp_path_factory.mktemp("scale-out")
+    logs = tmp_path_factory.mktemp("scale-out-logs")
+    deployment = Deployment(data_dir=data_dir)
+    for name in ("web-1", "web-2"):
+        port = _free_port()
+        base = f"http://127.0.0.1:{port}"
+        deployment.webs.append(base)
+        argv = ["serve", "--host", "127.0.0.1", "--port", str(port)]
+        deployment.components.append(Component(name, argv, logs / f"{name}.log", _answers(base)))
+    queues = ["--queues", "control,ingest", "--loglevel", "INFO"]
+    deployment.components += [
+        Component("worker-1", ["worker", *queues, "--beat"], logs / "worker-1.log", _worker_ready),
+        Component("worker-2", ["worker", *queues], logs / "worker-2.log", _worker_ready),
+        Component(
+            "agent",
+            ["agent", "--node", NODE, "--probe", "simulated", "--simulated-gpus", str(GPUS), "--allow-process-runtime"],
+            logs / "agent.log",
+            _worker_ready,
+        ),
+    ]
+    env = _environment(data_dir)
+    try:
+        for component in deployment.components:
+            component.start(env)
+        for component in deployment.components:
+            if not _started(component):
+                pytest.fail(f"{component.name} did not start within 120 s\n{deployment.diagnostics()}")
+        yield deployment
+    finally:
+        for component in reversed(deployment.components):
+            component.stop()
+        kill_process_sessions(deployment.agent_work_dir)
+
+
+# --- the world every test starts from ---------------------------------------------------------------
+
+
+@pytest.fixture
+def node(world: World, deployment: Deployment) -> Node:
+    """Alpha's quota in `shared`, member_a on alpha, and node NODE there, provisioned by the agent process."""
+    give_quota(world, limit=GPUS)
+    assign(world.member_a, world.project_a)
+    operator = Actor(user=world.operator)
+    registered = register_node(
+        actor=operator, name=NODE, pool=world.pool, runtime="process", cpu_cores=64, memory_mb=512_000
+    )
+    provision_node(actor=operator, node=registered)
+    ready = lambda: Node.objects.filter(pk=registered.pk, state=NodeState.READY).exists()  # noqa: E731
+    assert wait_until(ready, timeout=60, interval=0.2), deployment.diagnostics()
+    node = Node.objects.get(pk=registered.pk)
+    assert node.gpus.count() == GPUS
+    return node
+
+
+@pytest.fixture
+def secret(world: World) -> str:
+    """An API token of member_a in tenant A."""
+    return token_for(world.member_a, world.tenant_a, "member")
+
+
+def _bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def _submit(base: str, secret: str, **body: Any) -> int:
+    """Submit a workload to alpha through the web process at `base`; return its id."""
+    payload = {"project": "alpha", "pool": "shared", "image": "registry.example.com/python:3", **body}
+    response = httpx.post(f"{base}{WORKLOADS}", json=payload, headers=_bearer(secret), timeout=30)
+    assert response.status_code == 201, response.text
+    return int(response.json()["id"])
+
+
+def _python(script: str, *args: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(script), *args]
+
+
+def _conninfo() -> dict[str, Any]:
+    database = connection.settings_dict
+    return {
+        "dbname": database["NAME"],
+        "user": database["USER"],
+        "password": database["PASSWORD"],
+        "host": database["HOST"],
+        "port": database["PORT"] or 5432,
+    }
+
+
+@contextmanager
+def scheduler_held() -> Iterator[Callable[[], bool]]:
+    """Hold the scheduler's advisory lock for the block, on a connection of its own (closing it lets go).
+
+    Yields `refused`: it waits until a pass of the console's workers meets the
+    lock after this call, and returns whether one did. A refused pass leaves
+    its wish in the cache the console's processes share (jobs/scheduler/shell.py).
+    """
+    import psycopg
+
+    console_cache = RedisCache(str(settings.REDIS_URL), {})  # the test's own cache has a prefix of its own
+
+    def refused() -> bool:
+        console_cache.delete(PASS_WANTED_KEY)
+        return wait_until(lambda: console_cache.get(PASS_WANTED_KEY) is not None, timeout=30, interval=0.1)
+
+    with psycopg.connect(**_conninfo(), autocommit=True) as held:
+        held.execute("SET statement_timeout = '60s'")
+        held.execute("SELECT pg_advisory_lock(%s)", [ADVISORY_LOCK_KEY])
+        yield refused
+        held.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_LOCK_KEY])
+
+
+def _workloads(ids: list[int]) -> list[Workload]:
+    return list(Workload.all_tenants.filter(pk__in=ids).order_by("pk"))
+
+
+def _tasks_received(worker: Component) -> set[str]:
+    """Return the names of the tasks `worker` took (Celery logs each at DEBUG: LOG_LEVEL in `_environment`)."""
+    return set(re.findall(r"Task ([\w.]+)\[[-0-9a-f]+\] received", worker.output()))
+
+
+def _story(workload_id: int) -> str:
+    events = WorkloadEvent.all_tenants.filter(workload_id=workload_id).order_by("pk")
+    return f"workload {workload_id}: " + "; ".join(f"{e.to_state} {e.message}" for e in events)
+
+
+# --- submissions and passes -------------------------------------------------------------------------
+
+# Tasks a worker takes for one workload: its launch, the agent's reports, its output.
+WORKLOAD_TASKS = {"jobs.launch_workloads", "jobs.replica_started", "jobs.replica_exited", "jobs.ingest_log_batches"}
+JOBS = 20
+LINES = 20
+PRINT_LINES = f"""
+for i in range({LINES}):
+    print(f"line {{i}}", flush=True)
+"""
+
+
+def test_submissions_through_both_web_processes_run_once_each_without_sharing_a_gpu(
+    world: World, node: Node, secret: str, deployment: Deployment
+) -> None:
+    with scheduler_held() as refused:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            submit = lambda i: _submit(deployment.webs[i % 2], secret, name=f"job-{i}", command=_python(PRINT_LINES))  # noqa: E731
+            ids = list(pool.map(submit, range(JOBS)))
+        # Beat and every submission ask for passes; while the lock is held elsewhere, neither worker places.
+        assert refused(), "no pass met the held lock within 30 s\n" + deployment.diagnostics()
+        assert not Allocation.all_tenants.exists()
+        assert {w.state for w in _workloads(ids)} == {WorkloadState.PENDING}
+
+    shared: list[list[int]] = []
+
+    def finished() -> bool:
+        held = list(Allocation.all_tenants.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
+        if len(held) != len(set(held)) or len(held) > GPUS:
+            shared.append(held)
+        return all(w.state in (WorkloadState.SUCCEEDED, WorkloadState.FAILED) for w in _workloads(ids))
+
+    assert wait_until(finished, timeout=150, interval=0.1), "\n".join(map(_story, ids)) + deployment.diagnostics()
+    assert not shared, f"GPUs held by two workloads at once, or more than the node has: {shared}"
+    for worker in deployment.workers:
+        done = _tasks_received(worker)
+        assert "jobs.schedule_pass" in done and done & WORKLOAD_TASKS, f"{worker.name} took no part: {done}"
+    assert wait_until(lambda: all(w.log_seq >= LINES for w in _workloads(ids)), timeout=30)
+    path = ["pending", "scheduled", "starting", "running", "succeeded"]
+    for workload in _workloads(ids):
+        assert (workload.state, workload.exit_code, workload.attempt) == (WorkloadState.SUCCEEDED, 0, 1)
+        states = WorkloadEvent.all_tenants.filter(workload=workload).order_by("pk").values_list("to_state", flat=True)
+        assert list(states) == path, _story(workload.pk)
+        allocations = Allocation.all_tenants.filter(workload=workload)
+        assert len(allocations) == 1 and allocations[0].released_at is not None, "placed exactly once"
+        assert Replica.all_tenants.filter(workload=workload).count() == 1, "launched exactly once"
+        with tenant_scope(world.tenant_a):
+            lines = list(selectors.iter_log_lines(workload))
+        assert [line["text"] for line in lines] == [f"line {i}" for i in range(LINES)], "every line once, in order"
+        assert [line["seq"] for line in lines] == list(range(1, LINES + 1))
+
+
+# --- live streams -----------------------------------------------------------------------------------
+
+# Prints its lines once `go` exists, exits once `stop` does (and on its own after two minutes).
+WAITS_FOR_FILES = """
+import pathlib, sys, time
+go, stop = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+deadline = time.monotonic() + 120
+while not go.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+for i in range(5):
+    print(f"live {i}", flush=True)
+while not stop.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
+def _stream(base: str, path: str, secret: str) -> ClientConnection:
+    """Open the live stream `path` on the web process at `base` with an API token, as a non-browser client does."""
+    url = base.replace("http://", "ws://", 1) + path
+    return ws_connect(
+        url,
+        additional_headers=_bearer(secret),
+        subprotocols=[Subprotocol("gpucloud.v1")],
+        open_timeout=30,
+    )
+
+
+def _read_until(stream: Connection, done: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+    """Return the stream's messages up to the first that makes `done` true; fails after 60 s without it."""
+    messages: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 60
+    while not done(messages):
+        try:
+            messages.append(json.loads(stream.recv(timeout=max(deadline - time.monotonic(), 0.01))))
+        except TimeoutError:
+            pytest.fail(f"the stream sent only {messages}")
+    return messages
+
+
+def _states(messages: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+    return [(m["state"], m["ended"]) for m in messages if m["type"] == "state"]
+
+
+def _lines(messages: list[dict[str, Any]]) -> list[list[Any]]:
+    return [line for m in messages if m["type"] == "lines" for line in m["lines"]]
+
+
+def test_streams_on_both_web_processes_follow_a_job_submitted_through_one_and_run_by_any_worker(
+    node: Node, secret: str, deployment: Deployment, tmp_path: Path
+) -> None:
+    go, stop = tmp_path / "go", tmp_path / "stop"
+    web_1, web_2 = deployment.webs
+    with ExitStack() as streams:
+        with scheduler_held():
+            job = _submit(web_1, secret, name="live", command=_python(WAITS_FOR_FILES, str(go), str(stop)))
+            path = f"/ws/workloads/{job}/logs/"
+            watchers = [streams.enter_context(_stream(web, path, secret)) for web in (web_2, web_1)]
+            for watcher in watchers:
+                opening = _read_until(watcher, lambda m: bool(_states(m)))
+                assert opening == [
+                    {"type": "lines", "snapshot": True, "lines": []},
+                    {"type": "state", "state": "pending", "ended": False},
+                ]
+        # The lock is let go: a worker places the job, a worker launches it, the agent starts it.
+        for watcher in watchers:
+            states = _states(_read_until(watcher, lambda m: ("running", False) in _states(m)))
+            assert {"scheduled", "starting"} >= {state for state, _ in states[:-1]}, states
+        go.touch()
+        for watcher in watchers:
+            messages = _read_until(watcher, lambda m: len(_lines(m)) >= 5)
+            assert not _states(messages), "every line arrives while the job still runs"
+            lines = _lines(messages)
+            assert [(line[0], line[3]) for line in lines] == [(i + 1, f"live {i}") for i in range(5)]
+        stop.touch()
+        for watcher in watchers:
+            messages = _read_until(watcher, lambda m: ("succeeded", True) in _states(m))
+            assert not _lines(messages), "no line twice"
+
+
+# --- the notebook proxy -----------------------------------------------------------------------------
+
+
+def test_the_proxy_of_either_web_process_reaches_a_notebook_and_its_kernel(
+    world: World, node: Node, secret: str, deployment: Deployment
+) -> None:
+    web_1, web_2 = deployment.webs
+    notebook = _submit(web_1, secret, name="nb", kind="notebook")
+    started = lambda: Workload.all_tenants.get(pk=notebook).state != WorkloadState.PENDING  # noqa: E731
+    running = lambda: Workload.all_tenants.get(pk=notebook).state == WorkloadState.RUNNING  # noqa: E731
+    assert wait_until(started, timeout=30) and wait_until(running, timeout=90), _story(notebook)
+    with browser(web_1, world.member_a) as on_1, browser(web_2, world.member_a) as on_2:
+        for owner in (on_1, on_2):
+            status = owner.get(f"/notebooks/{notebook}/api/status")
+            assert status.status_code == 200 and "started" in status.json(), status.text
+        assert httpx.get(f"{web_2}/notebooks/{notebook}/api/status", timeout=30).status_code == 404
+        # A kernel started through web 1, computing over a WebSocket through web 2.
+        kernel = on_1.post(f"/notebooks/{notebook}/api/kernels", json={"name": "python3"})
+        assert kernel.status_code == 201, kernel.text
+        channels = f"/notebooks/{notebook}/api/kernels/{kernel.json()['id']}/channels"
+        with websocket(web_2, on_2, channels) as connection:
+            assert execute(connection, "6 * 7") == "42"
+        cancelled = httpx.post(f"{web_2}{WORKLOADS}{notebook}/cancel/", headers=_bearer(secret), timeout=30)
+        assert cancelled.status_code == 200, cancelled.text
+        released = lambda: not Allocation.all_tenants.filter(workload_id=notebook, released_at__isnull=True).exists()  # noqa: E731
+        assert wait_until(released, timeout=60), _story(notebook)
+        for owner in (on_1, on_2):
+            assert owner.get(f"/notebooks/{notebook}/api/status").status_code == 404, "gone from every proxy"
