@@ -61,6 +61,13 @@ RANK = {
 }
 CREDENTIALS = ["session", "token"]
 
+# The agent gateway answers node credentials alone (jobs.api.agent); its contract is that no user opens it,
+# held below for every persona and credential, and the node rules in tests/inventory/test_agent_gateway.py.
+AGENT_GATEWAY = {
+    "api:agent-reports": ("post", "/api/v1/agent/reports", {"messages": []}),
+    "api:agent-commands": ("get", "/api/v1/agent/commands?wait=0", None),
+}
+
 
 @dataclass(frozen=True)
 class Call:
@@ -853,6 +860,20 @@ def test_each_role_gets_exactly_its_rights(
             assert 200 <= response.status_code < 300, (persona, response.status_code, response.content)
 
 
+@pytest.mark.parametrize("credential", CREDENTIALS)
+@pytest.mark.parametrize("persona", [*PERSONAS, "anonymous"])
+@pytest.mark.parametrize("route", sorted(AGENT_GATEWAY))
+def test_no_user_opens_the_agent_gateway(world: World, route: str, persona: str, credential: str) -> None:
+    method, url, body = AGENT_GATEWAY[route]
+    principal = None if persona == "anonymous" else _principal(world, persona, credential)
+    client = principal if isinstance(principal, APIClient) else client_for(principal)
+    response = getattr(client, method)(url, body, format="json") if body is not None else getattr(client, method)(url)
+    assert response.status_code in (401, 403), (persona, response.content)
+    # A join token is the only way in without a node credential, and a made-up one opens nothing.
+    joined = client.post("/api/v1/agent/join", {"token": "gpcj_0000_forged"}, format="json")
+    assert joined.status_code == 403 and "credential" not in joined.json()
+
+
 # --- one user, two tenants; a deactivated tenant; a removed member ---------------------------------------
 
 
@@ -991,7 +1012,7 @@ def _api_route_names(patterns: list[Any], prefix: str = "", namespace: str = "")
 
 def test_every_api_route_has_a_contract() -> None:
     """Fails naming each API route without a row in CONTRACTS."""
-    covered = {"api:schema", "api:docs"}
+    covered = {"api:schema", "api:docs", "api:agent-join", *AGENT_GATEWAY}
     for contract in CONTRACTS:
         covered.add(f"api:{contract.basename}-list")
         covered.add(f"api:{contract.basename}-detail")
