@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,14 +27,17 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
+from common import doorbell
 from common.errors import Conflict
 from inventory.choices import NodeState
-from inventory.models import Node, NodeCredential, NodeJoinToken
+from inventory.models import Node, NodeCredential, NodeJoinToken, agent_queue_for
 from inventory.services.nodes import record_node_event
 from inventory.services.provisioning import begin_provisioning
 from tenants.context import SYSTEM, Actor
 from tenants.services import record_audit_event
 from tenants.services.access import require_operator
+
+log = logging.getLogger(__name__)
 
 JOIN_SCHEME = "gpcj"
 CREDENTIAL_SCHEME = "gpcn"
@@ -194,6 +198,16 @@ def is_cut_off(credential: NodeCredential) -> bool:
     return bool(cache.get(_CUT_OFF_KEY.format(prefix=credential.prefix)))
 
 
+def _cut_off(node: Node, keys: dict[str, int]) -> None:
+    """Mark credentials cut off for waiting polls and wake the one waiting on the node's queue."""
+    cache.set_many(keys, _CUT_OFF_SECONDS)
+    try:
+        doorbell.ring(agent_queue_for(node.name))
+    except Exception:
+        # The poll still ends by its own wait and gets nothing: the cache says it is cut off.
+        log.warning("could not wake the command poll of %s", node.name, exc_info=True)
+
+
 def revoke_credentials(node: Node, *, actor: Actor, reason: str) -> int:
     """Revoke every live credential of `node` (no rights check: callers check); return how many. Idempotent.
 
@@ -204,7 +218,8 @@ def revoke_credentials(node: Node, *, actor: Actor, reason: str) -> int:
         revoked_at=timezone.now(), revoked_reason=reason[:200]
     )
     keys = {_CUT_OFF_KEY.format(prefix=prefix): 1 for prefix in live}
-    transaction.on_commit(lambda: cache.set_many(keys, _CUT_OFF_SECONDS))
+    if live:
+        transaction.on_commit(lambda: _cut_off(node, keys))
     if revoked:
         record_node_event(node, kind="agent.revoked", actor=actor, message=f"Agent credential revoked: {reason}")
     return revoked

@@ -98,6 +98,10 @@ class AgentReportsEndpoint(_AgentEndpoint):
             body = error_body("not_this_node", f"{len(rejected)} message(s) are not {node.name}'s to send.")
             body["error"]["rejected"] = [r.as_dict() for r in rejected]
             return Response(body, status=status.HTTP_403_FORBIDDEN)
+        # The broker may keep delivery waiting (a busy Redis, a reconnect): not while holding a database connection
+        # that every other agent's request needs too.
+        if not connection.in_atomic_block:
+            connection.close()
         try:
             accepted = agent_gateway.deliver_messages(node, messages)
         except Exception:
@@ -120,7 +124,7 @@ class AgentCommandsEndpoint(_AgentEndpoint):
             body = error_body("validation_error", "wait is a number of seconds.")
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
         # The wait holds no database connection (a thousand waiting agents would hold a thousand): a
-        # revocation meanwhile reaches it through the cache, between slices of at most a second.
+        # revocation meanwhile wakes it and reaches it through the cache.
         if not connection.in_atomic_block:
             connection.close()
         acked = [part for part in request.query_params.get("ack", "").split(",") if part][

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,6 +38,7 @@ from celery import signature
 from django.core.cache import cache
 from django.db.models import Q
 
+from common import doorbell
 from common.control import queue_for
 from inventory.agent.reporter import node_gpu_group
 from inventory.agent.transport import publish_samples
@@ -275,61 +275,64 @@ def take_commands(
     wait: float,
     still_allowed: Callable[[], bool],
     acked: Iterable[str] = (),
-    slice_seconds: float = 1.0,
 ) -> list[dict[str, Any]]:
     """Return the node's commands: those handed out before and not in `acked` first, then new ones.
 
-    New ones are taken from the node's queue, up to MAX_COMMANDS, waiting up
-    to `wait` seconds for the first when nothing is to be handed out again.
-    The wait is cut into `slice_seconds` slices and `still_allowed` is asked
-    between them: an agent cut off while it waits gets nothing more. Every
-    command returned stays in flight until a later call acknowledges it.
+    New ones are taken from the node's queue, up to MAX_COMMANDS; when there
+    are none and nothing is to be handed out again, it waits up to `wait`
+    seconds on the node's doorbell (`common.doorbell`, rung whenever a
+    command is published to the node's queue, and by a revocation), which
+    costs this process nothing while it lasts. A credential cut off meanwhile
+    gets nothing: what was taken stays in flight for the node's next,
+    legitimate poll. Every command returned stays in flight until a later
+    call acknowledges it.
     """
     key = _INFLIGHT_KEY.format(node=node.name)
     done = set(acked)
     again = _unexpired([entry for entry in cache.get(key) or [] if entry["command"]["id"] not in done])
+    bell = agent_queue_for(node.name)
     fresh: list[dict[str, Any]] = []
-    if len(again) < MAX_COMMANDS:
-        fresh = _take_from_queue(
-            node,
-            wait=0.0 if again else wait,
-            still_allowed=still_allowed,
-            limit=MAX_COMMANDS - len(again),
-            slice_seconds=slice_seconds,
-        )
+    if not again:
+        doorbell.silence(bell)  # before looking: a command published after the look rings again
+        fresh = _take_from_queue(node, limit=MAX_COMMANDS)
+        if not fresh and doorbell.wait(bell, wait) and still_allowed():
+            fresh = _take_from_queue(node, limit=MAX_COMMANDS)
     # Read again just before writing: a poll cut off meanwhile (its client gone) may have added some.
     latest = [entry for entry in cache.get(key) or [] if entry["command"]["id"] not in done]
     known = {entry["command"]["id"] for entry in again + fresh}
     inflight = again + fresh + [entry for entry in latest if entry["command"]["id"] not in known]
     cache.set(key, inflight, _COMMAND_SECONDS)
+    if not still_allowed():
+        return []
     return [entry["command"] for entry in again + fresh]
 
 
-def _take_from_queue(
-    node: Node, *, wait: float, still_allowed: Callable[[], bool], limit: int, slice_seconds: float
-) -> list[dict[str, Any]]:
-    """Take up to `limit` commands off the node's queue as in-flight entries, waiting up to `wait` for the first."""
-    deadline = time.monotonic() + wait
+def _take_from_queue(node: Node, *, limit: int) -> list[dict[str, Any]]:
+    """Take up to `limit` commands waiting on the node's queue now, as in-flight entries; never waits."""
     with app.connection_for_read() as connection:
         queue = connection.SimpleQueue(agent_queue_for(node.name), serializer="json")
         try:
             taken: list[dict[str, Any]] = []
-            while True:
-                timeout = min(slice_seconds, max(0.0, deadline - time.monotonic()))
+            while len(taken) < limit:
                 try:
-                    message = queue.get(block=timeout > 0, timeout=timeout or None)
+                    message = queue.get_nowait()
                 except queue.Empty:
-                    if taken or time.monotonic() >= deadline or not still_allowed():
-                        return taken
-                    continue
+                    break
                 headers = dict(message.headers or {})
                 command = _command(node, headers, message.payload)
                 message.ack()
                 if command is not None:
                     taken.append({"command": command, "expires": headers.get("expires")})
-                if len(taken) >= limit:
-                    return taken
-                # The first command found: take what else waits now, without waiting more.
-                deadline = min(deadline, time.monotonic())
+            return taken
         finally:
             queue.close()
+
+
+def ring_for_published(routing_key: str | None) -> None:
+    """Ring the doorbell of the node whose queue a message was just published to (`after_task_publish`)."""
+    if routing_key and routing_key.startswith("node."):
+        try:
+            doorbell.ring(routing_key)
+        except Exception:
+            # The poll waiting there still ends by its own wait and takes the command then.
+            log.warning("could not ring %s", routing_key, exc_info=True)
