@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from _fleet import fleet
 from _proc import cpu_seconds
@@ -211,7 +212,8 @@ def main() -> None:
     from inventory.mailbox import QUEUE
 
     with app.connection_for_write() as connection:  # the heartbeats nobody applied
-        connection.default_channel.queue_purge(QUEUE)
+        channel: Any = connection.default_channel
+        channel.queue_purge(QUEUE)
     print(json.dumps(result, indent=2))
     print(f"(Redis {settings.REDIS_URL}, web on 127.0.0.1:{port})")
 

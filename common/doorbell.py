@@ -27,7 +27,7 @@ _RING_SECONDS = 60
 def _redis() -> Any:
     import redis
 
-    return redis.Redis.from_url(settings.REDIS_URL)
+    return redis.Redis.from_url(str(settings.REDIS_URL))
 
 
 _local_lock = threading.Lock()
