@@ -54,6 +54,13 @@ def record_replica_started(*, workload_id: int, attempt: int, replica: int, hand
     if row is None:
         log.warning("start reported for unknown replica %s/%s/%s", workload_id, attempt, replica)
         return False
+    if row.state in (ReplicaState.EXITED, ReplicaState.LOST):
+        # Its exit overtook this report (two workers took them at once) and counted it as started: nothing
+        # runs to stop. Keep what only this report knows.
+        if not row.handle:
+            row.handle, row.endpoint = handle, endpoint
+            row.save(update_fields=["handle", "endpoint"])
+        return False
     if row.state == ReplicaState.LAUNCHING:
         row.state, row.handle, row.endpoint, row.started_at = ReplicaState.RUNNING, handle, endpoint, timezone.now()
         row.save(update_fields=["state", "handle", "endpoint", "started_at"])
@@ -193,6 +200,14 @@ def record_replica_exited(
     row = _locked_replica(workload_id, attempt, replica)
     if row is None or row.state in (ReplicaState.EXITED, ReplicaState.LOST):
         return False
+    if row.state == ReplicaState.LAUNCHING and not launch_failed:
+        # The exit overtook the start report (two workers took them at once): a replica that ended had
+        # started, and its workload ran; the late start report then changes nothing.
+        row.state, row.started_at = ReplicaState.RUNNING, timezone.now()
+        row.save(update_fields=["state", "started_at"])
+        if _current(row):
+            _running_when_complete(row.workload)
+            row.workload.refresh_from_db()
     row.state, row.exit_code, row.finished_at = ReplicaState.EXITED, exit_code, timezone.now()
     row.message = message[:2000]
     row.save(update_fields=["state", "exit_code", "finished_at", "message"])

@@ -63,7 +63,7 @@ CREDENTIALS = ["session", "token"]
 
 # The agent gateway answers node credentials alone (jobs.api.agent); its contract is that no user opens it,
 # held below for every persona and credential, and the node rules in tests/inventory/test_agent_gateway.py.
-AGENT_GATEWAY = {
+AGENT_GATEWAY: dict[str, tuple[str, str, dict[str, Any] | None]] = {
     "api:agent-reports": ("post", "/api/v1/agent/reports", {"messages": []}),
     "api:agent-commands": ("get", "/api/v1/agent/commands?wait=0", None),
 }

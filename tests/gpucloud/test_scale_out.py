@@ -2,17 +2,19 @@
 
 The console runs as a deployment runs it, each component a real process of
 its own started with the `gpucloud` command on the test database: web 1 and
-web 2 (`gpucloud serve`, each on a free loopback port), worker 1 (`gpucloud
-worker --beat`) and worker 2 (`gpucloud worker`), both on the control and
-ingest queues, and the agent of one process-runtime node (`gpucloud agent`,
-four simulated GPUs). The tests submit through both web processes, stream
-through the one that did not take the submission, and reach a notebook
-through the proxy of either; whichever worker picks up a task, the results
-must be those of one process.
+web 2 (`gpucloud serve`, each on a free loopback port), worker 1 and worker
+2 (`gpucloud worker`, both on the control and ingest queues), beat on its
+own (`gpucloud worker --beat` on a queue nobody sends to) and the agent of
+one process-runtime node (`gpucloud agent`, four simulated GPUs). The tests
+submit through both web processes at once, follow a job's stream on both,
+and reach a notebook's Jupyter and kernel through the proxy of either;
+whichever worker takes a task, the results are those of one process.
 
 Where a test needs the scheduler to wait, it holds the scheduler's Postgres
 advisory lock itself: every pass of either worker is refused until it lets
 go, which is also the proof that passes are single-flight across processes.
+The processes serve the whole module; `_console_at_work` says how each
+test's database flush stays clear of them.
 """
 
 from __future__ import annotations
@@ -25,20 +27,24 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
+import psycopg
 import pytest
 from django.conf import settings
 from django.core.cache.backends.redis import RedisCache
 from django.db import connection
+from redis import Redis
 from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 from websockets.sync.connection import Connection
@@ -49,10 +55,11 @@ from inventory.models import Node
 from inventory.services.nodes import register_node
 from inventory.services.provisioning import provision_node
 from jobs import selectors
-from jobs.choices import WorkloadState
+from jobs.choices import TERMINAL_STATES, WorkloadState
 from jobs.models import Allocation, Replica, Workload, WorkloadEvent
 from jobs.scheduler.shell import ADVISORY_LOCK_KEY, PASS_WANTED_KEY
 from tenants.context import Actor
+from tenants.models import ProjectQuota
 from tenants.scoping import tenant_scope
 from tests.conftest import World
 from tests.frontend.live import token_for
@@ -87,13 +94,21 @@ class Component:
     argv: list[str]
     log: Path
     ready: Callable[[Component], bool]
+    env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
 
     def start(self, env: dict[str, str]) -> None:
+        """Start `gpucloud <argv>` with `env` (and this component's own variables), its output to its log."""
         command = [sys.executable, "-c", "from gpucloud.cli import main; main()", *self.argv]
         with self.log.open("wb") as output:
             self.process = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                cwd=ROOT,
+                env=env | self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     @property
@@ -106,21 +121,33 @@ class Component:
     def tail(self, lines: int = 40) -> str:
         return f"--- {self.name} ---\n" + "\n".join(self.output().splitlines()[-lines:])
 
-    def stop(self) -> None:
-        """SIGTERM the process group, SIGKILL whatever is left of it after 15 s."""
-        if self.process is None:
-            return
-        for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
+    def send(self, sig: signal.Signals) -> None:
+        """Send `sig` to the whole process group."""
+        if self.process is not None:
             with suppress(ProcessLookupError):
                 os.killpg(self.process.pid, sig)
+
+    def wait(self, deadline: float) -> None:
+        """Wait for the process to exit until `deadline` (monotonic seconds) at most."""
+        if self.process is not None:
             with suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=wait)
-                break
+                self.process.wait(timeout=max(deadline - time.monotonic(), 0.01))
+
+
+def _stop(components: list[Component]) -> None:
+    """SIGTERM every component's process group (woken, should it be paused), SIGKILL what is left after 15 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for component in components:
+            component.send(sig)
+            component.send(signal.SIGCONT)
+        deadline = time.monotonic() + 15
+        for component in components:
+            component.wait(deadline)
 
 
 @dataclass
 class Deployment:
-    """The console's processes: two web, two controller workers (one with beat) and one node's agent."""
+    """The console's processes: two web, two controller workers, beat, and one node's agent."""
 
     data_dir: Path
     webs: list[str] = field(default_factory=list)
@@ -129,6 +156,10 @@ class Deployment:
     @property
     def workers(self) -> list[Component]:
         return [component for component in self.components if component.name.startswith("worker-")]
+
+    @property
+    def beat(self) -> Component:
+        return next(component for component in self.components if component.name == "beat")
 
     @property
     def agent_work_dir(self) -> Path:
@@ -172,19 +203,17 @@ def _environment(data_dir: Path) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
         GPUCLOUD_DATA_DIR=str(data_dir),
         GPUCLOUD_AGENT_PULL_IMAGES="0",
-        # A small pool per process: five processes share the Postgres other test runs use.
+        # A small pool per process: the six share the Postgres other test runs use.
         DATABASE_POOL_SIZE="5",
         # Jupyter from the suite's own interpreter: the process runtime gives workloads a minimal PATH.
         NOTEBOOK_COMMAND=f"{sys.executable},-m,jupyter_server",
-        # Celery logs each task a worker takes at DEBUG only: the test reads them to see both workers work.
-        LOG_LEVEL="DEBUG",
     )
     return env
 
 
 @pytest.fixture(scope="module")
 def deployment(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    """Start the five processes on the test database; yield once every one of them serves."""
+    """Start the six processes on the test database; yield once every one of them serves."""
     data_dir = tmp_path_factory.mktemp("scale-out")
     logs = tmp_path_factory.mktemp("scale-out-logs")
     deployment = Deployment(data_dir=data_dir)
@@ -195,14 +224,19 @@ def deployment(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) 
         argv = ["serve", "--host", "127.0.0.1", "--port", str(port)]
         deployment.components.append(Component(name, argv, logs / f"{name}.log", _answers(base)))
     queues = ["--queues", "control,ingest", "--loglevel", "INFO"]
+    # Celery logs each task a worker takes at DEBUG only: the test reads them to see both workers work.
+    debug = {"LOG_LEVEL": "DEBUG"}
     deployment.components += [
-        Component("worker-1", ["worker", *queues, "--beat"], logs / "worker-1.log", _worker_ready),
-        Component("worker-2", ["worker", *queues], logs / "worker-2.log", _worker_ready),
+        Component("worker-1", ["worker", *queues], logs / "worker-1.log", _worker_ready, debug),
+        Component("worker-2", ["worker", *queues], logs / "worker-2.log", _worker_ready, debug),
+        # Beat on its own, as bench/_faults/topology.py runs it: a worker of a queue nobody sends to.
+        Component("beat", ["worker", "--beat", "--queues", "scale-out.beat-only"], logs / "beat.log", _worker_ready),
         Component(
             "agent",
             ["agent", "--node", NODE, "--probe", "simulated", "--simulated-gpus", str(GPUS), "--allow-process-runtime"],
             logs / "agent.log",
             _worker_ready,
+            {"DATABASE_URL": ""},  # as compose/docker-compose.yml runs it: the agent never touches the database
         ),
     ]
     env = _environment(data_dir)
@@ -214,9 +248,44 @@ def deployment(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) 
                 pytest.fail(f"{component.name} did not start within 120 s\n{deployment.diagnostics()}")
         yield deployment
     finally:
-        for component in reversed(deployment.components):
-            component.stop()
+        _stop(deployment.components)
         kill_process_sessions(deployment.agent_work_dir)
+
+
+def _quiet() -> bool:
+    """Return whether the console does nothing now: no task waiting or taken, no statement or transaction open."""
+    broker = Redis.from_url(str(settings.REDIS_URL))
+    with broker:
+        if broker.llen("control") or broker.llen("ingest") or broker.hlen("unacked"):
+            return False
+    with psycopg.connect(**_conninfo(), autocommit=True) as database:
+        busy = database.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND state IN ('active', 'idle in transaction', 'idle in transaction (aborted)')"
+        ).fetchone()
+    return busy is not None and busy[0] == 0
+
+
+@pytest.fixture(autouse=True)
+def _console_at_work(transactional_db: None, deployment: Deployment) -> Iterator[None]:
+    """Beat ticks during each test; after it, the console is brought to rest before the database is flushed.
+
+    The flush truncates every table at once while the console's processes
+    hold connections: a transaction of theirs that meets it midway deadlocks
+    with it. So beat (which holds no database lock) is paused, what the test
+    left running is killed, and the flush waits until no task is waiting or
+    running and no transaction is open. Beat carries on in the next test.
+    """
+    deployment.beat.send(signal.SIGCONT)
+    yield
+    deployment.beat.send(signal.SIGSTOP)
+    kill_process_sessions(deployment.agent_work_dir)
+    calm = 0
+    deadline = time.monotonic() + 60
+    while calm < 5 and time.monotonic() < deadline:
+        calm = calm + 1 if _quiet() else 0
+        time.sleep(0.1)
+    assert calm >= 5, "the console did not come to rest within 60 s\n" + deployment.diagnostics()
 
 
 # --- the world every test starts from ---------------------------------------------------------------
@@ -232,8 +301,8 @@ def node(world: World, deployment: Deployment) -> Node:
         actor=operator, name=NODE, pool=world.pool, runtime="process", cpu_cores=64, memory_mb=512_000
     )
     provision_node(actor=operator, node=registered)
-    ready = lambda: Node.objects.filter(pk=registered.pk, state=NodeState.READY).exists()  # noqa: E731
-    assert wait_until(ready, timeout=60, interval=0.2), deployment.diagnostics()
+    ready = Node.objects.filter(pk=registered.pk, state=NodeState.READY)
+    assert wait_until(ready.exists, timeout=60, interval=0.2), deployment.diagnostics()
     node = Node.objects.get(pk=registered.pk)
     assert node.gpus.count() == GPUS
     return node
@@ -249,12 +318,30 @@ def _bearer(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
 
 
+def _post(base: str, secret: str, key: str | None = None, **body: Any) -> httpx.Response:
+    """Send a submission to alpha (with Idempotency-Key `key`) to the web process at `base`; return its answer."""
+    payload = {"project": "alpha", "pool": "shared", "image": "registry.example.com/python:3", **body}
+    headers = _bearer(secret) | ({"Idempotency-Key": key} if key else {})
+    return httpx.post(f"{base}{WORKLOADS}", json=payload, headers=headers, timeout=30)
+
+
 def _submit(base: str, secret: str, **body: Any) -> int:
     """Submit a workload to alpha through the web process at `base`; return its id."""
-    payload = {"project": "alpha", "pool": "shared", "image": "registry.example.com/python:3", **body}
-    response = httpx.post(f"{base}{WORKLOADS}", json=payload, headers=_bearer(secret), timeout=30)
+    response = _post(base, secret, **body)
     assert response.status_code == 201, response.text
     return int(response.json()["id"])
+
+
+def _race(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
+    """Make `calls` at the same moment, a thread each; return their answers in order."""
+    start = threading.Barrier(len(calls))
+
+    def call(index: int) -> httpx.Response:
+        start.wait(timeout=30)
+        return calls[index]()
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(call, range(len(calls))))
 
 
 def _python(script: str, *args: str) -> list[str]:
@@ -280,8 +367,6 @@ def scheduler_held() -> Iterator[Callable[[], bool]]:
     lock after this call, and returns whether one did. A refused pass leaves
     its wish in the cache the console's processes share (jobs/scheduler/shell.py).
     """
-    import psycopg
-
     console_cache = RedisCache(str(settings.REDIS_URL), {})  # the test's own cache has a prefix of its own
 
     def refused() -> bool:
@@ -299,8 +384,12 @@ def _workloads(ids: list[int]) -> list[Workload]:
     return list(Workload.all_tenants.filter(pk__in=ids).order_by("pk"))
 
 
+def _state(workload_id: int) -> str:
+    return str(Workload.all_tenants.get(pk=workload_id).state)
+
+
 def _tasks_received(worker: Component) -> set[str]:
-    """Return the names of the tasks `worker` took (Celery logs each at DEBUG: LOG_LEVEL in `_environment`)."""
+    """Return the names of the tasks `worker` took (logged at DEBUG: see `deployment`)."""
     return set(re.findall(r"Task ([\w.]+)\[[-0-9a-f]+\] received", worker.output()))
 
 
@@ -314,6 +403,11 @@ def _story(workload_id: int) -> str:
 # Tasks a worker takes for one workload: its launch, the agent's reports, its output.
 WORKLOAD_TASKS = {"jobs.launch_workloads", "jobs.replica_started", "jobs.replica_exited", "jobs.ingest_log_batches"}
 JOBS = 20
+# A job this short may end before its start is recorded: two workers can take the agent's start and exit
+# reports at the same time, and the exit commit first (starting -> succeeded, without "running").
+# Every job passes through running, even when its exit report is applied before its start report
+# (jobs.services.replicas.record_replica_exited counts such an exit as a start).
+PATH = ["pending", "scheduled", "starting", "running", "succeeded"]
 LINES = 20
 PRINT_LINES = f"""
 for i in range({LINES}):
@@ -326,8 +420,9 @@ def test_submissions_through_both_web_processes_run_once_each_without_sharing_a_
 ) -> None:
     with scheduler_held() as refused:
         with ThreadPoolExecutor(max_workers=4) as pool:
-            submit = lambda i: _submit(deployment.webs[i % 2], secret, name=f"job-{i}", command=_python(PRINT_LINES))  # noqa: E731
-            ids = list(pool.map(submit, range(JOBS)))
+            webs = [deployment.webs[i % 2] for i in range(JOBS)]
+            command = _python(PRINT_LINES)
+            ids = list(pool.map(lambda i: _submit(webs[i], secret, name=f"job-{i}", command=command), range(JOBS)))
         # Beat and every submission ask for passes; while the lock is held elsewhere, neither worker places.
         assert refused(), "no pass met the held lock within 30 s\n" + deployment.diagnostics()
         assert not Allocation.all_tenants.exists()
@@ -339,7 +434,7 @@ def test_submissions_through_both_web_processes_run_once_each_without_sharing_a_
         held = list(Allocation.all_tenants.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
         if len(held) != len(set(held)) or len(held) > GPUS:
             shared.append(held)
-        return all(w.state in (WorkloadState.SUCCEEDED, WorkloadState.FAILED) for w in _workloads(ids))
+        return all(w.state in TERMINAL_STATES for w in _workloads(ids))
 
     assert wait_until(finished, timeout=150, interval=0.1), "\n".join(map(_story, ids)) + deployment.diagnostics()
     assert not shared, f"GPUs held by two workloads at once, or more than the node has: {shared}"
@@ -347,11 +442,10 @@ def test_submissions_through_both_web_processes_run_once_each_without_sharing_a_
         done = _tasks_received(worker)
         assert "jobs.schedule_pass" in done and done & WORKLOAD_TASKS, f"{worker.name} took no part: {done}"
     assert wait_until(lambda: all(w.log_seq >= LINES for w in _workloads(ids)), timeout=30)
-    path = ["pending", "scheduled", "starting", "running", "succeeded"]
     for workload in _workloads(ids):
         assert (workload.state, workload.exit_code, workload.attempt) == (WorkloadState.SUCCEEDED, 0, 1)
         states = WorkloadEvent.all_tenants.filter(workload=workload).order_by("pk").values_list("to_state", flat=True)
-        assert list(states) == path, _story(workload.pk)
+        assert list(states) == PATH, _story(workload.pk)
         allocations = Allocation.all_tenants.filter(workload=workload)
         assert len(allocations) == 1 and allocations[0].released_at is not None, "placed exactly once"
         assert Replica.all_tenants.filter(workload=workload).count() == 1, "launched exactly once"
@@ -359,6 +453,29 @@ def test_submissions_through_both_web_processes_run_once_each_without_sharing_a_
             lines = list(selectors.iter_log_lines(workload))
         assert [line["text"] for line in lines] == [f"line {i}" for i in range(LINES)], "every line once, in order"
         assert [line["seq"] for line in lines] == list(range(1, LINES + 1))
+
+
+def test_racing_submissions_through_both_web_processes_hold_the_pending_limit(
+    world: World, node: Node, secret: str, deployment: Deployment
+) -> None:
+    ProjectQuota.all_tenants.filter(project=world.project_a).update(max_pending_workloads=5)
+    with scheduler_held():  # what stays pending counts
+        answers = _race([partial(_post, deployment.webs[i % 2], secret, name=f"race-{i}") for i in range(12)])
+    assert sorted(answer.status_code for answer in answers) == [201] * 5 + [400] * 7, [a.text for a in answers]
+    refusals = {a.json()["error"]["fields"]["project"][0]["code"] for a in answers if a.status_code == 400}
+    assert refusals == {"max_pending_workloads"}
+    assert Workload.all_tenants.count() == 5
+
+
+def test_a_retry_racing_its_first_attempt_on_the_other_web_process_replays_it(
+    node: Node, secret: str, deployment: Deployment
+) -> None:
+    keys = [f"key-{i}" for i in range(6)]
+    answers = _race([partial(_post, web, secret, key=key, name=key) for key in keys for web in deployment.webs])
+    for key, first, again in zip(keys, answers[::2], answers[1::2], strict=True):
+        assert sorted((first.status_code, again.status_code)) == [200, 201], (key, first.text, again.text)
+        assert first.json()["id"] == again.json()["id"]
+    assert sorted(str(w.idempotency_key) for w in Workload.all_tenants.all()) == keys
 
 
 # --- live streams -----------------------------------------------------------------------------------
@@ -448,9 +565,8 @@ def test_the_proxy_of_either_web_process_reaches_a_notebook_and_its_kernel(
 ) -> None:
     web_1, web_2 = deployment.webs
     notebook = _submit(web_1, secret, name="nb", kind="notebook")
-    started = lambda: Workload.all_tenants.get(pk=notebook).state != WorkloadState.PENDING  # noqa: E731
-    running = lambda: Workload.all_tenants.get(pk=notebook).state == WorkloadState.RUNNING  # noqa: E731
-    assert wait_until(started, timeout=30) and wait_until(running, timeout=90), _story(notebook)
+    assert wait_until(lambda: _state(notebook) != WorkloadState.PENDING, timeout=30), _story(notebook)
+    assert wait_until(lambda: _state(notebook) == WorkloadState.RUNNING, timeout=90), _story(notebook)
     with browser(web_1, world.member_a) as on_1, browser(web_2, world.member_a) as on_2:
         for owner in (on_1, on_2):
             status = owner.get(f"/notebooks/{notebook}/api/status")
@@ -464,7 +580,7 @@ def test_the_proxy_of_either_web_process_reaches_a_notebook_and_its_kernel(
             assert execute(connection, "6 * 7") == "42"
         cancelled = httpx.post(f"{web_2}{WORKLOADS}{notebook}/cancel/", headers=_bearer(secret), timeout=30)
         assert cancelled.status_code == 200, cancelled.text
-        released = lambda: not Allocation.all_tenants.filter(workload_id=notebook, released_at__isnull=True).exists()  # noqa: E731
-        assert wait_until(released, timeout=60), _story(notebook)
+        held = Allocation.all_tenants.filter(workload_id=notebook, released_at__isnull=True)
+        assert wait_until(lambda: not held.exists(), timeout=60), _story(notebook)
         for owner in (on_1, on_2):
             assert owner.get(f"/notebooks/{notebook}/api/status").status_code == 404, "gone from every proxy"
