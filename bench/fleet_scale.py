@@ -48,7 +48,6 @@ import json
 import math
 import os
 import queue
-import re
 import signal
 import statistics
 import subprocess
@@ -56,13 +55,13 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from _fleet import fleet
-from _proc import CLOCK_TICKS, _stat_fields, descendants, oldest_named
+from _scale_watch import Watch, cpu, peaks, problems, tasks
 from list_projects import _free_port, _listening
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,8 +70,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpucloud.settings")
 POOL = "scale"
 IMAGE = "registry.example.com/train:1"
 LOGS = Path("/tmp/gpucloud-fleet-scale")  # noqa: S108 -- the processes' logs, kept for a look after a run
-TASK_LINE = re.compile(r"Task ([\w.]+)\[[^\]]+\] succeeded in ([0-9.e-]+)s: (.*)$")
-PLACED = re.compile(r"'placed': (\d+)")
 CLI = "from gpucloud.cli import main; main()"
 WORKER = "import sys; sys.path.insert(0, 'bench'); import fleet_scale; fleet_scale.worker()"
 
@@ -102,7 +99,7 @@ def _admin(statement: str) -> None:
 
     url = urlparse(os.environ["DATABASE_URL"])
     with psycopg.connect(url._replace(path="/postgres").geturl(), autocommit=True) as conn:
-        conn.execute(statement)  # type: ignore[arg-type]  # a fixed statement with the checked scratch name
+        conn.execute(statement)  # a fixed statement naming the checked scratch database
 
 
 def _drop(name: str) -> None:
@@ -165,23 +162,24 @@ def _start(name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[
 def worker() -> None:
     """Run `gpucloud worker` as deployed, with what this bench adds to each worker process before it starts:
     the simulated runtime's default duration (FLEET_SCALE_DURATION) and Celery's line per task done, which
-    the settings keep at DEBUG only (`celery.app.trace`), turned on in each pool process."""
+    the settings keep for LOG_LEVEL=DEBUG only."""
     import logging
 
     import django
 
     django.setup()
-    from celery.signals import worker_process_init
+    from celery.app import trace as celery_trace
 
     import inventory.drivers.simulated as simulated
     from gpucloud.cli import main as gpucloud
 
     simulated.DEFAULT_DURATION = float(os.environ.get("FLEET_SCALE_DURATION", simulated.DEFAULT_DURATION))
 
-    def trace(**_: object) -> None:
-        logging.getLogger("celery.app.trace").setLevel(logging.INFO)
-
-    worker_process_init.connect(trace, weak=False)
+    # Celery logs each task done through `celery.app.trace`'s module logger, which the settings hold at
+    # WARNING; a logger of the bench's own, at INFO, takes its place in the pool processes.
+    tasks = logging.getLogger("fleet_scale.tasks")
+    tasks.setLevel(logging.INFO)
+    celery_trace.logger = tasks
     gpucloud()
 
 
@@ -224,93 +222,7 @@ def _await_heartbeats(since: float, timeout: float = 120.0) -> None:
     raise SystemExit(f"the controller's heartbeats did not reach every node in {timeout:.0f} s (logs: {LOGS})")
 
 
-# --- CPU, threads and queues, sampled each second -----------------------------------------------
-
-
-def _ticks(pid: int) -> int | None:
-    try:
-        fields = _stat_fields(pid)
-    except OSError:
-        return None
-    return int(fields[11]) + int(fields[12])
-
-
-def _threads(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        total += int(re.search(r"^Threads:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
-    return total
-
-
-def _postgres_backends(database: str, exclude: set[int]) -> list[int]:
-    """Return the pids of the Postgres backends serving `database` (by process title), but `exclude`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in exclude:
-            continue
-        try:
-            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if title.startswith("postgres: ") and f" {database} " in title:
-            found.append(int(entry.name))
-    return found
-
-
-@dataclass
-class Meter:
-    """CPU ticks of a changing set of processes: a process's ticks count from when it was first seen
-    (from 0 if it started after the meter did), up to its last sample (so exited processes still count)."""
-
-    first: dict[int, int] = field(default_factory=dict)
-    last: dict[int, int] = field(default_factory=dict)
-    started: bool = False
-
-    def sample(self, pids: list[int]) -> float:
-        """Sample `pids`; return the CPU seconds used by everything seen so far."""
-        for pid in pids:
-            ticks = _ticks(pid)
-            if ticks is None:
-                continue
-            self.first.setdefault(pid, ticks if not self.started else 0)
-            self.last[pid] = ticks
-        self.started = True
-        return sum(self.last[pid] - self.first[pid] for pid in self.last) / CLOCK_TICKS
-
-
-@dataclass
-class Watch:
-    """One sample a second of every component's CPU, the controller's threads, the queues and the ledger."""
-
-    processes: dict[str, subprocess.Popen[bytes]]
-    database: str
-    redis_url: str
-    exclude: set[int]
-    meters: dict[str, Meter] = field(default_factory=lambda: defaultdict(Meter))
-    series: list[dict[str, Any]] = field(default_factory=list)
-
-    def pids(self) -> dict[str, list[int]]:
-        trees = {name: [p.pid, *descendants(p.pid)] for name, p in self.processes.items()}
-        redis_server = oldest_named("redis-server")
-        trees["postgres"] = _postgres_backends(self.database, self.exclude)
-        trees["redis"] = [redis_server] if redis_server else []
-        return trees
-
-    def sample(self, states: dict[str, int], allocations: int) -> dict[str, Any]:
-        import redis
-
-        trees = self.pids()
-        broker = redis.Redis.from_url(self.redis_url)
-        row: dict[str, Any] = {"t": time.time(), "states": states, "active_allocations": allocations}
-        row["cpu"] = {name: self.meters[name].sample(pids) for name, pids in trees.items()}
-        row["queues"] = {name: int(broker.llen(name)) for name in ("control", "ingest")}  # type: ignore[arg-type]
-        row["controller_threads"] = _threads(trees["controller"])
-        self.series.append(row)
-        return row
+# --- the ledger, sampled each second -------------------------------------------------------------
 
 
 def _ledger(pool: Any) -> tuple[dict[str, int], int]:
@@ -384,7 +296,16 @@ SUBMITTED: list[tuple[float, float, int]] = []
 
 
 def _run_until_done(watch: Watch, workloads: int, timeout: float, progress: bool) -> bool:
-    """Sample every second until every workload ended and no allocation is held; return False on timeout."""
+    """Sample every second until every workload ended and no allocation is held; return False on timeout
+    or Ctrl+C (the figures so far are reported either way)."""
+    try:
+        return _sample_until_done(watch, workloads, timeout, progress)
+    except KeyboardInterrupt:
+        print("interrupted: reporting what happened so far", file=sys.stderr)
+        return False
+
+
+def _sample_until_done(watch: Watch, workloads: int, timeout: float, progress: bool) -> bool:
     from inventory.models import NodePool
     from jobs.choices import TERMINAL_STATES
 
@@ -413,52 +334,93 @@ def _seconds(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
+def _firsts() -> dict[str, dict[int, float]]:
+    """Return, per state (scheduled, running), when each workload first entered it, from its events
+    (a requeued workload is scheduled again: its row keeps only the last time)."""
+    from django.db.models import Min
+
+    from jobs.models import WorkloadEvent
+
+    firsts: dict[str, dict[int, float]] = {"scheduled": {}, "running": {}}
+    rows = (
+        WorkloadEvent.all_tenants.filter(workload__pool__name=POOL, to_state__in=list(firsts))
+        .values("workload_id", "to_state")
+        .annotate(at=Min("created_at"))
+        .order_by()
+    )
+    for row in rows:
+        firsts[row["to_state"]][row["workload_id"]] = row["at"].timestamp()
+    return firsts
+
+
 def _timeline(first_submit: float, slots: int, duration: float) -> dict[str, Any]:
     """What the ledger says of every workload: fill time, throughput, latencies, GPU time held."""
     from django.db.models import F, Sum
 
     from jobs.models import Allocation, Workload
 
-    rows = list(
-        Workload.all_tenants.filter(pool__name=POOL).values_list(
-            "state", "submitted_at", "scheduled_at", "started_at", "finished_at"
-        )
-    )
-    count = len(rows)
-    scheduled = sorted(r[2].timestamp() for r in rows if r[2])
-    finished = sorted(r[4].timestamp() for r in rows if r[4])
-    to_running = [r[3].timestamp() - r[1].timestamp() for r in rows if r[3]]
-    launch = [r[3].timestamp() - r[2].timestamp() for r in rows if r[3] and r[2]]
-    ran = [r[4].timestamp() - r[3].timestamp() for r in rows if r[4] and r[3]]
+    rows = list(Workload.all_tenants.filter(pool__name=POOL).values_list("pk", "state", "submitted_at", "finished_at"))
+    count, firsts = len(rows), _firsts()
+    scheduled, running = firsts["scheduled"], firsts["running"]
+    placed = sorted(scheduled.values())
+    ended = sorted(r[3].timestamp() for r in rows if r[3])
+    succeeded = sorted(r[3].timestamp() for r in rows if r[3] and r[1] == "succeeded")
+    to_running = [running[r[0]] - r[2].timestamp() for r in rows if r[0] in running]
+    launch = [at - scheduled[pk] for pk, at in running.items() if pk in scheduled]
     wave = min(count, slots)
-    filled = scheduled[wave - 1] - first_submit if len(scheduled) >= wave else None
-    end_to_end = finished[-1] - first_submit if finished else None
+    filled = placed[wave - 1] - first_submit if len(placed) >= wave else None
+    end_to_end = ended[-1] - first_submit if ended else None
     held = Allocation.all_tenants.filter(workload__pool__name=POOL, released_at__isnull=False).aggregate(
         s=Sum(F("released_at") - F("created_at"))
     )["s"]
     held_s = held.total_seconds() if held else 0.0
-    mid = finished[count // 4 : 3 * count // 4] if len(finished) == count else []
+    # The middle half of the successes: the steady rate (when at least half succeeded).
+    mid = succeeded[len(succeeded) // 4 : 3 * len(succeeded) // 4]
     return {
-        "succeeded": sum(1 for r in rows if r[0] == "succeeded"),
-        "states": dict(sorted(_counts(r[0] for r in rows).items())),
+        "succeeded": len(succeeded),
+        "not_succeeded": _reasons(),
+        "states": dict(sorted(_counts(r[1] for r in rows).items())),
         "fleet_filled_s": _seconds(filled),
         "placements_per_s_filling": round(wave / filled, 1) if filled else None,
-        "all_placed_s": _seconds(scheduled[-1] - first_submit if scheduled else None),
+        "all_placed_s": _seconds(placed[-1] - first_submit if len(placed) == count else None),
         "end_to_end_s": _seconds(end_to_end),
-        "workloads_per_s": round(count / end_to_end, 1) if end_to_end else None,
-        "steady_workloads_per_s": round(len(mid) / (mid[-1] - mid[0]), 1) if len(mid) > 1 else None,
-        "ideal_workloads_per_s": round(slots / duration, 1),
+        "succeeded_per_s": round(len(succeeded) / end_to_end, 1) if end_to_end else None,
+        "steady_succeeded_per_s": _rate(mid) if 2 * len(succeeded) >= count else None,
+        "ideal_per_s": round(slots / duration, 1),
+        "ever_running": len(running),
         "submit_to_running_p50_s": _seconds(_percentile(to_running, 0.5)),
         "submit_to_running_p95_s": _seconds(_percentile(to_running, 0.95)),
         "launch_p50_s": _seconds(_percentile(launch, 0.5)),
         "launch_p95_s": _seconds(_percentile(launch, 0.95)),
         "launch_max_s": _seconds(max(launch) if launch else None),
-        "run_in_ledger_p50_s": _seconds(_percentile(ran, 0.5)),
-        "run_in_ledger_p95_s": _seconds(_percentile(ran, 0.95)),
+        "log_lines_stored": Workload.all_tenants.filter(pool__name=POOL).aggregate(n=Sum("log_seq"))["n"],
         "gpu_seconds_held": round(held_s),
-        "gpu_seconds_run": round(count * duration),
-        "gpu_held_per_workload_s": round(held_s / count, 2) if count else None,
+        "gpu_seconds_run": round(len(succeeded) * duration),
+        "gpu_held_per_success_s": round(held_s / len(succeeded), 2) if succeeded else None,
     }
+
+
+def _rate(moments: list[float]) -> float | None:
+    """Return events per second over sorted `moments`, or None for fewer than two."""
+    return (
+        round(len(moments) / (moments[-1] - moments[0]), 1) if len(moments) > 1 and moments[-1] > moments[0] else None
+    )
+
+
+def _reasons() -> dict[str, int]:
+    """Return how many workloads ended other than succeeded (or have not ended), by state and reason code."""
+    from django.db.models import Count
+
+    from jobs.models import Workload
+
+    rows = (
+        Workload.all_tenants.filter(pool__name=POOL)
+        .exclude(state="succeeded")
+        .values("state", "reason_code")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return {f"{row['state']} {row['reason_code']}".strip(): row["n"] for row in rows}
 
 
 def _counts(values: Any) -> dict[str, int]:
@@ -466,62 +428,6 @@ def _counts(values: Any) -> dict[str, int]:
     for value in values:
         counted[value] += 1
     return counted
-
-
-def _tasks(name: str) -> dict[str, dict[str, float]]:
-    """Per task of a worker's log: how many succeeded, their total and largest seconds (and most placed)."""
-    stats: dict[str, dict[str, float]] = {}
-    for line in (LOGS / f"{name}.log").read_text(errors="replace").splitlines():
-        found = TASK_LINE.search(line)
-        if not found:
-            continue
-        task, seconds = found.group(1), float(found.group(2))
-        entry = stats.setdefault(task, {"count": 0, "total_s": 0.0, "max_s": 0.0})
-        entry["count"] += 1
-        entry["total_s"] = round(entry["total_s"] + seconds, 3)
-        entry["max_s"] = max(entry["max_s"], round(seconds, 3))
-        placed = PLACED.search(found.group(3))
-        if placed:
-            entry["max_placed"] = max(entry.get("max_placed", 0), int(placed.group(1)))
-    return dict(sorted(stats.items(), key=lambda item: -item[1]["total_s"]))
-
-
-def _problems(name: str) -> dict[str, int]:
-    """Count the log's WARNING and ERROR lines by their message (first 100 characters after the level)."""
-    found: dict[str, int] = defaultdict(int)
-    for line in (LOGS / f"{name}.log").read_text(errors="replace").splitlines():
-        level = re.search(r"\b(WARNING|ERROR|CRITICAL)(?:/[^\]]*\])?:?\s*(.*)", line)
-        if level:
-            found[f"{level.group(1)} {level.group(2)[:100]}"] += 1
-    return dict(sorted(found.items(), key=lambda item: -item[1])[:8])
-
-
-def _cpu(series: list[dict[str, Any]], start: float, idle_cpu: dict[str, float], idle_s: float) -> dict[str, Any]:
-    """Each component's CPU seconds over the run, average and busiest-5-s cores, and idle cores before it."""
-    window = [row for row in series if row["t"] >= start]
-    elapsed = window[-1]["t"] - window[0]["t"]
-    figures: dict[str, Any] = {}
-    for name in window[0]["cpu"]:
-        used = window[-1]["cpu"][name] - window[0]["cpu"][name]
-        peak = max(
-            ((b["cpu"][name] - a["cpu"][name]) / (b["t"] - a["t"]) for a, b in zip(window, window[5:], strict=False)),
-            default=0.0,
-        )
-        figures[name] = {
-            "cpu_s": round(used, 1),
-            "cores": round(used / elapsed, 2),
-            "peak_5s_cores": round(peak, 2),
-            "idle_cores": round(idle_cpu.get(name, 0.0) / idle_s, 3) if idle_s else None,
-        }
-    return figures
-
-
-def _peaks(series: list[dict[str, Any]]) -> dict[str, int]:
-    return {
-        "control_queue_max": max(row["queues"]["control"] for row in series),
-        "ingest_queue_max": max(row["queues"]["ingest"] for row in series),
-        "controller_threads_max": max(row["controller_threads"] for row in series),
-    }
 
 
 def _table(result: dict[str, Any]) -> str:
@@ -534,25 +440,31 @@ def _table(result: dict[str, Any]) -> str:
         f"fleet filled         {t['fleet_filled_s']} s after the first submit, "
         f"{t['placements_per_s_filling']} placements/s",
         f"all placed           {t['all_placed_s']} s",
-        f"end to end           {t['end_to_end_s']} s, {t['workloads_per_s']} workloads/s "
-        f"(steady {t['steady_workloads_per_s']}/s, ideal {t['ideal_workloads_per_s']}/s)",
+        f"end to end           {t['end_to_end_s']} s, {t['succeeded']} succeeded: {t['succeeded_per_s']}/s "
+        f"(steady {t['steady_succeeded_per_s']}/s, ideal {t['ideal_per_s']}/s)",
         f"submit -> running    p50 {t['submit_to_running_p50_s']} s, p95 {t['submit_to_running_p95_s']} s",
         f"scheduled -> running p50 {t['launch_p50_s']} s, p95 {t['launch_p95_s']} s, max {t['launch_max_s']} s",
-        f"GPU held / workload  {t['gpu_held_per_workload_s']} s for {result['duration_s']} s of run",
-        f"ended                {t['states']}",
+        f"GPU held / success   {t['gpu_held_per_success_s']} s for {result['duration_s']} s of run",
+        f"states at the end    {t['states']}, not succeeded {t['not_succeeded']}",
         "",
         f"{'component':<12}{'cpu s':>9}{'cores':>8}{'peak 5s':>9}{'idle':>8}",
     ]
     for name, figures in cpu.items():
+        if name in ("machine", "others"):
+            continue
         idle = figures["idle_cores"]
         lines.append(
             f"{name:<12}{figures['cpu_s']:>9}{figures['cores']:>8}{figures['peak_5s_cores']:>9}"
             f"{'' if idle is None else idle:>8}"
         )
+    lines.append(
+        f"machine busy {cpu['machine']['busy_cores']} cores of {os.cpu_count()} (load {cpu['machine']['load_mean']}), "
+        f"of which other work {cpu['others']['cores']}"
+    )
     lines.append("")
     lines.append(", ".join(f"{k} {v}" for k, v in result["peaks"].items()))
     for worker in ("controller", "ingest"):
-        for task, stats in list(result["tasks"][worker].items())[:8]:
+        for task, stats in list(result["tasks"][worker]["run"].items())[:8]:
             lines.append(f"{worker:<11} {task:<40} {stats}")
     return "\n".join(lines)
 
@@ -574,7 +486,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=30.0, help="seconds each workload runs")
     parser.add_argument("--clients", type=int, default=4, help="threads sending bulk submissions")
     parser.add_argument("--batch", type=int, default=1000, help="workloads per bulk request (at most 2000)")
-    parser.add_argument("--idle", type=float, default=10.0, help="seconds of heartbeats alone measured first")
+    parser.add_argument("--idle", type=float, default=35.0, help="seconds of the idle fleet measured first")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for every workload's end")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database (it is dropped otherwise)")
     parser.add_argument("--json", help="also write the figures to this file")
@@ -622,10 +534,10 @@ def main() -> None:
             "median_request_s": round(statistics.median(e - s for s, e, _ in SUBMITTED), 2) if SUBMITTED else None,
         },
         "timeline": _timeline(submit_from, args.nodes * args.gpus, args.duration),
-        "cpu": _cpu(watch.series, submit_from, idle_cpu, idle_s),
-        "peaks": _peaks(watch.series),
-        "tasks": {worker: _tasks(worker) for worker in ("controller", "ingest")},
-        "problems": {name: _problems(name) for name in ("web", "controller", "ingest")},
+        "cpu": cpu(watch.series, submit_from, idle_cpu, idle_s),
+        "peaks": peaks(watch.series),
+        "tasks": {worker: tasks(LOGS / f"{worker}.log", submit_from) for worker in ("controller", "ingest")},
+        "problems": {name: problems(LOGS / f"{name}.log") for name in ("web", "controller", "ingest")},
         "logs": str(LOGS),
     }
     if not args.keep:
