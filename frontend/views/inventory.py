@@ -30,7 +30,7 @@ from frontend.access import actor_of, operator_view
 from frontend.views import again, attempt, message_of
 from inventory import selectors, services
 from inventory.choices import NodeState, PlacementPolicy, can_transition
-from inventory.models import Node, NodeCredential, NodeJoinToken, NodePool
+from inventory.models import Node, NodeCredential, NodePool
 from inventory.services import agents
 from tenants.context import Actor
 from tenants.models import Tenant
@@ -277,10 +277,8 @@ def _issue_join_token(request: HttpRequest, node: Node) -> HttpResponse:
         issued = agents.issue_join_token(actor=actor_of(request), node=node)
     except Conflict as error:
         return _refused(request, node, JOIN_TOKEN, error)
-    token = issued.row
-    assert isinstance(token, NodeJoinToken)  # issue_join_token issues nothing else
     console_url = request.build_absolute_uri("/").rstrip("/")
-    shown = JoinInstructions(issued.secret, agents.join_command(console_url, issued.secret), token.expires_at)
+    shown = JoinInstructions(issued.secret, agents.join_command(console_url, issued.secret), issued.row.expires_at)
     response = _node_page(request, node, agent=_agent_panel(node, issued=shown))
     add_never_cache_headers(response)
     return response

@@ -15,6 +15,7 @@ The last two take `Authorization: Node <credential>` and nothing else.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.conf import settings
@@ -72,6 +73,12 @@ class AgentJoinEndpoint(APIView):
         )
 
 
+def _release_database() -> None:
+    """Give this request's database connection back to the pool before it waits on something else."""
+    if not connection.in_atomic_block:  # a test's transaction (or ATOMIC_REQUESTS) keeps it
+        connection.close()
+
+
 class _AgentEndpoint(APIView):
     authentication_classes = [NodeCredentialAuthentication]
     permission_classes = [IsNodeAgent]
@@ -100,8 +107,7 @@ class AgentReportsEndpoint(_AgentEndpoint):
             return Response(body, status=status.HTTP_403_FORBIDDEN)
         # The broker may keep delivery waiting (a busy Redis, a reconnect): not while holding a database connection
         # that every other agent's request needs too.
-        if not connection.in_atomic_block:
-            connection.close()
+        _release_database()
         try:
             accepted = agent_gateway.deliver_messages(node, messages)
         except Exception:
@@ -119,14 +125,16 @@ class AgentCommandsEndpoint(_AgentEndpoint):
     def get(self, request: Request) -> Response:
         node, credential = self.principal().node, self.principal().credential
         try:
-            wait = min(max(float(request.query_params.get("wait", "0")), 0.0), MAX_WAIT_SECONDS)
+            wait = float(request.query_params.get("wait", "0"))
         except ValueError:
+            wait = math.nan
+        if not math.isfinite(wait):
             body = error_body("validation_error", "wait is a number of seconds.")
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
+        wait = min(max(wait, 0.0), MAX_WAIT_SECONDS)
         # The wait holds no database connection (a thousand waiting agents would hold a thousand): a
         # revocation meanwhile wakes it and reaches it through the cache.
-        if not connection.in_atomic_block:
-            connection.close()
+        _release_database()
         acked = [part for part in request.query_params.get("ack", "").split(",") if part][
             : agent_gateway.MAX_COMMANDS * 4
         ]

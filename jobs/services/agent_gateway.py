@@ -298,10 +298,11 @@ def take_commands(
         if not fresh and doorbell.wait(bell, wait) and still_allowed():
             fresh = _take_from_queue(node, limit=MAX_COMMANDS)
     # Read again just before writing: a poll cut off meanwhile (its client gone) may have added some.
-    latest = [entry for entry in cache.get(key) or [] if entry["command"]["id"] not in done]
+    stored = cache.get(key) or []
     known = {entry["command"]["id"] for entry in again + fresh}
-    inflight = again + fresh + [entry for entry in latest if entry["command"]["id"] not in known]
-    cache.set(key, inflight, _COMMAND_SECONDS)
+    inflight = again + fresh + [e for e in stored if e["command"]["id"] not in known | done]
+    if inflight != stored:  # most polls find nothing and owe nothing: no write
+        cache.set(key, inflight, _COMMAND_SECONDS)
     if not still_allowed():
         return []
     return [entry["command"] for entry in again + fresh]

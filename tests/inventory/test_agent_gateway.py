@@ -21,11 +21,11 @@ from inventory.choices import NodeState
 from inventory.models import Gpu, Node, NodeCredential, NodeEvent, NodeJoinToken
 from inventory.services import agents
 from inventory.services.provisioning import dispatch_probe
-from jobs.choices import WorkloadState
-from jobs.models import Replica, Workload
+from jobs.models import Replica
 from jobs.services import agent_gateway
 from tests.conftest import World, actor, client_for
 from tests.inventory.factories import make_node
+from tests.jobs.factories import add_replica
 from tests.workers import running_worker, wait_until
 
 pytestmark = pytest.mark.django_db
@@ -54,18 +54,7 @@ def _agent(credential: str) -> APIClient:
 
 
 def _replica(world: World, node: Node) -> Replica:
-    workload = Workload.all_tenants.create(
-        tenant_id=world.project_a.tenant_id,
-        project=world.project_a,
-        owner=world.member_a,
-        name=f"on-{node.name}",
-        image="local",
-        pool=world.pool,
-        state=WorkloadState.RUNNING,
-    )
-    return Replica.all_tenants.create(
-        tenant_id=workload.tenant_id, workload=workload, attempt=1, index=0, node=node, name=f"w{workload.pk}"
-    )
+    return add_replica(world, node, name=f"on-{node.name}")
 
 
 def _started(replica: Replica) -> dict[str, Any]:
@@ -236,6 +225,8 @@ def test_malformed_batches_name_what_is_wrong(world: World) -> None:
     assert answer.status_code == 403
     reasons = [r["reason"] for r in answer.json()["error"]["rejected"]]
     assert len(reasons) == 3 and "kind must be" in reasons[0] and "unexpected keyword" in reasons[1]
+    for wait in ("nan", "inf", "soon"):
+        assert agent.get(f"/api/v1/agent/commands?wait={wait}").status_code == 400, wait
 
 
 def test_join_token_secrets_never_reach_the_database_or_the_log_in_clear(world: World, caplog: Any) -> None:

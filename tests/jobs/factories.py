@@ -8,6 +8,8 @@ from typing import Any
 from django.contrib.auth.models import User
 
 from inventory.models import Gpu, Node
+from jobs.choices import WorkloadState
+from jobs.models import Replica, Workload
 from jobs.scheduler.shell import run_pass
 from tenants.context import Actor
 from tenants.models import Membership, Project, ProjectQuota
@@ -31,6 +33,23 @@ def add_node(world: World, name: str = "n1", *, gpus: int = 8, model: str = H100
     node = make_node(Actor(user=world.operator), world.pool, name=name, gpus=0)
     Gpu.objects.bulk_create(Gpu(node=node, index=i, uuid=f"GPU-{name}-{i}", model=model) for i in range(gpus))
     return node
+
+
+def add_replica(world: World, node: Node, *, state: str = WorkloadState.RUNNING, name: str = "job") -> Replica:
+    """Return replica 0 of attempt 1 of a new workload of alpha in `state`, placed on `node` (launching)."""
+    workload = Workload.all_tenants.create(
+        tenant_id=world.project_a.tenant_id,
+        project=world.project_a,
+        owner=world.member_a,
+        name=name,
+        image="local",
+        pool=world.pool,
+        state=state,
+        attempt=1,
+    )
+    return Replica.all_tenants.create(
+        tenant_id=workload.tenant_id, workload=workload, attempt=1, index=0, node=node, name=f"{name}-w{workload.pk}"
+    )
 
 
 def assign(user: User, project: Project) -> None:

@@ -15,26 +15,13 @@ from jobs.choices import WorkloadState
 from jobs.models import Replica, ReplicaState, Workload, WorkloadEvent
 from jobs.services import replicas
 from tests.conftest import World
-from tests.jobs.factories import add_node
+from tests.jobs.factories import add_node, add_replica
 
 pytestmark = pytest.mark.django_db
 
 
 def _starting(world: World) -> Replica:
-    node = add_node(world, "order-node")
-    workload = Workload.all_tenants.create(
-        tenant_id=world.project_a.tenant_id,
-        project=world.project_a,
-        owner=world.member_a,
-        name="short",
-        image="local",
-        pool=world.pool,
-        state=WorkloadState.STARTING,
-        attempt=1,
-    )
-    return Replica.all_tenants.create(
-        tenant_id=workload.tenant_id, workload=workload, attempt=1, index=0, node=node, name="short-r0"
-    )
+    return add_replica(world, add_node(world, "order-node"), state=WorkloadState.STARTING, name="short")
 
 
 def test_an_exit_before_the_start_report_still_runs_the_workload_and_the_late_start_stops_nothing(
