@@ -135,7 +135,7 @@ def redeem_join_token(*, secret: str, host: str = "", agent_version: str = "") -
     """
     prefix = _prefix_of(secret.strip(), JOIN_SCHEME)
     token = (
-        NodeJoinToken.objects.select_for_update().select_related("node").filter(prefix=prefix).first()
+        NodeJoinToken.objects.select_for_update(of=("self",)).select_related("node").filter(prefix=prefix).first()
         if prefix
         else None
     )

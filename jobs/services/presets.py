@@ -82,7 +82,7 @@ def update_preset(*, actor: Actor, preset: LaunchPreset, changes: dict[str, Any]
     """
     tenant = preset.tenant
     require_role(actor, tenant, Role.ADMIN)
-    preset = LaunchPreset.all_tenants.select_for_update().select_related("pool").get(pk=preset.pk)
+    preset = LaunchPreset.all_tenants.select_for_update(of=("self",)).select_related("pool").get(pk=preset.pk)
     unknown = sorted(set(changes) - {f.name for f in fields(PresetValues)})
     raise_errors({name: [ValidationError("Not a field of a launch preset.", code="unknown_field")] for name in unknown})
     values = replace(_values_of(preset), **changes)

@@ -31,7 +31,9 @@ _LIVE = (WorkloadState.STARTING, WorkloadState.RUNNING)
 
 def _locked_replica(workload_id: int, attempt: int, index: int) -> Replica | None:
     return (
-        Replica.all_tenants.select_for_update()
+        # Lock the replica and its workload only: the node's and pool's rows are read, and locking them would
+        # serialize every report of a pool and block heartbeats and submissions that check keys to them.
+        Replica.all_tenants.select_for_update(of=("self", "workload"))
         .select_related("node", "workload__pool")
         .filter(workload_id=workload_id, attempt=attempt, index=index)
         .first()

@@ -194,7 +194,7 @@ def update_member(
     admin, ValidationError for a project of another tenant.
     """
     actor_role = require_role(actor, membership.tenant, Role.ADMIN)
-    membership = Membership.all_tenants.select_for_update().select_related("user").get(pk=membership.pk)
+    membership = Membership.all_tenants.select_for_update(of=("self",)).select_related("user").get(pk=membership.pk)
     if not actor_role.at_least(Role(membership.role)):
         raise PermissionDenied("You cannot change someone whose role is above yours.")
     changes: dict[str, object] = {}
@@ -221,7 +221,7 @@ def update_member(
 def remove_member(*, actor: Actor, membership: Membership) -> None:
     """End a membership; the user's tokens for the tenant stop working at once. Conflict for the last admin."""
     actor_role = require_role(actor, membership.tenant, Role.ADMIN)
-    membership = Membership.all_tenants.select_for_update().select_related("user").get(pk=membership.pk)
+    membership = Membership.all_tenants.select_for_update(of=("self",)).select_related("user").get(pk=membership.pk)
     if not actor_role.at_least(Role(membership.role)):
         raise PermissionDenied("You cannot remove someone above you.")
     _guard_last_admin(actor_role, membership)

@@ -164,7 +164,7 @@ def _project_within_tenant(tenant_quota: TenantQuota, values: QuotaValues, error
 
 def _locked_tenant_quota(tenant: Tenant, pool_id: int) -> TenantQuota | None:
     return (
-        TenantQuota.all_tenants.select_for_update()
+        TenantQuota.all_tenants.select_for_update(of=("self",))
         .select_related("tenant")
         .filter(tenant=tenant, pool_id=pool_id)
         .first()
@@ -255,7 +255,7 @@ def update_project_quota(*, actor: Actor, quota: ProjectQuota, changes: dict[str
     """Change a project quota's numbers within the tenant's; tenant admins and operators."""
     require_role(actor, quota.project.tenant, Role.ADMIN)
     tenant_quota = _locked_tenant_quota(quota.project.tenant, quota.pool_id)
-    locked = ProjectQuota.all_tenants.select_for_update().select_related("project").get(pk=quota.pk)
+    locked = ProjectQuota.all_tenants.select_for_update(of=("self",)).select_related("project").get(pk=quota.pk)
     values = QuotaValues.of(locked).merged(changes)
     errors = _range_errors(values)
     if tenant_quota is None:

@@ -297,7 +297,7 @@ def revoke_token(*, actor: Actor, token: ApiToken) -> ApiToken:
     Revoking an already revoked token changes nothing and writes no event.
     """
     require_token_manageable(actor, token)
-    token = ApiToken.all_tenants.select_for_update().select_related("user").get(pk=token.pk)
+    token = ApiToken.all_tenants.select_for_update(of=("self",)).select_related("user").get(pk=token.pk)
     if token.revoked_at is not None:
         return token
     return update_audited(
