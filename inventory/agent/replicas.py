@@ -50,9 +50,11 @@ def driver_spec(spec: dict[str, Any]) -> WorkloadSpec:
     Besides what it runs: `"mounts"` (a list of `{"source",
     "target", "read_only", "root", "marker", "uid", "gid", "mode"}`),
     `"run_as"` (`{"uid", "gid", "groups"}` or null), `"workdir"` and
-    `"stop_signal"`. An absent key keeps the old behaviour (no mounts, the
-    runtime's user, the image's directory, SIGTERM). Raises KeyError,
-    TypeError or ValueError for a malformed entry; the runtime's
+    `"stop_signal"`, and `"gang_across_hosts"` (true for a replica of a gang
+    spread over hosts). An absent key keeps the old behaviour (no mounts,
+    the runtime's user, the image's directory, SIGTERM, the tenant's
+    network). Raises KeyError, TypeError or ValueError for a malformed
+    entry; the runtime's
     `sandbox.check_sandbox` judges the values.
     """
     run_as = spec.get("run_as")
@@ -75,6 +77,7 @@ def driver_spec(spec: dict[str, Any]) -> WorkloadSpec:
         else None,
         workdir=str(spec.get("workdir") or ""),
         stop_signal=str(spec.get("stop_signal") or "SIGTERM"),
+        gang_across_hosts=spec.get("gang_across_hosts") is True,
     )
 
 

@@ -141,6 +141,11 @@ class WorkloadSpec:
     runtime's default user); `workdir` its working directory and HOME inside
     the sandbox, usually the target of its home mount ("": the image's);
     `stop_signal` what `stop` sends before SIGKILL, one of STOP_SIGNALS.
+
+    `gang_across_hosts` marks a replica of a gang whose replicas run on
+    more than one host: an isolating runtime puts it on a network of that
+    gang alone that spans the hosts (docker: a swarm overlay, see
+    docs/gangs.md), where the other replicas reach it by its name.
     """
 
     name: str
@@ -160,6 +165,7 @@ class WorkloadSpec:
     run_as: RunAs | None = None
     workdir: str = ""
     stop_signal: str = "SIGTERM"
+    gang_across_hosts: bool = False
 
 
 def endpoint_url(host: str, port: int) -> str:

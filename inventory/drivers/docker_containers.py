@@ -198,7 +198,8 @@ class Containers:
         by the mount's owner, else by the user it runs as), and bound by
         their real path.
         """
-        self._networks.ensure(network, spec.tenant, budget)
+        if not spec.gang_across_hosts:  # a gang's overlay is made by `docker_gangs` before
+            self._networks.ensure(network, spec.tenant, budget)
         settings = self._settings
         mounts = prepare_mounts(spec.mounts, spec.run_as or numeric_user(settings.user))
         config = container_config(

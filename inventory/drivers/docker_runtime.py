@@ -3,7 +3,8 @@
 Every container gets the same defaults (see `container_config`): all
 capabilities dropped, no-new-privileges, a pids, memory (no extra swap) and
 CPU limit, tini as PID 1, an unprivileged user, the tenant's own bridge
-network, no host namespaces, and no host path but the volume directories
+network (a replica of a gang spread over hosts: its gang's own overlay,
+`docker_gangs`), no host namespaces, and no host path but the volume directories
 of the spec's mounts (prepared by `storage` before the container is made,
 bound one by one, read-only where the mount says so; the engine must run
 on the agent's host, which makes them). GPUs are granted by UUID
@@ -22,7 +23,8 @@ TransientDriverError, socket timeouts → DriverTimeout.
 `DockerRuntime` holds the driver methods and delegates to collaborators,
 each in a module of its own: `docker_containers` (adopt or create and start
 a container, runs the engine lost track of, status), `docker_networks` (the
-tenants' bridges) and `docker_logs` (reading and following output), over
+tenants' bridges), `docker_gangs` (the overlays of gangs across hosts) and
+`docker_logs` (reading and following output), over
 `docker_engine` (budgets, errors, what inspect means) and `docker_config`
 (the container request and its endpoint).
 """
@@ -32,7 +34,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+import time
 from collections.abc import Callable, Iterator
+from contextlib import suppress
+from typing import Any
 
 import docker
 import docker.errors
@@ -40,9 +45,11 @@ import docker.errors
 from inventory.drivers import policy, sandbox
 from inventory.drivers.base import (
     DEFAULT_TIMEOUT,
+    DriverError,
     Handle,
     LogLine,
     ManagedWorkload,
+    PermanentDriverError,
     PullListener,
     RuntimeInfo,
     WorkloadSpec,
@@ -60,11 +67,15 @@ from inventory.drivers.docker_engine import (
     toolkit_version,
     version_tuple,
 )
+from inventory.drivers.docker_gangs import GangNetworks, attach_refused
 from inventory.drivers.docker_logs import ContainerLogs
 from inventory.drivers.docker_networks import TenantNetworks, network_missing
 from inventory.drivers.timestamps import parse_cursor
 
 __all__ = ["LOST_RUN_NOTE", "DockerRuntime", "container_config", "publish_host"]
+
+# How long a replica on a swarm worker waits for a replica of its gang on a manager to make the gang's network.
+GANG_NETWORK_WAIT = 60.0
 
 
 class DockerRuntime:
@@ -76,7 +87,9 @@ class DockerRuntime:
     pull an image that is missing (off by default: a missing image is a
     PermanentDriverError `image_not_found`); `poll_stats` makes poll read
     one-shot stats for memory and CPU time (an extra call that Docker 20.10
-    can hold for up to a second, so off by default); `client_factory` builds
+    can hold for up to a second, so off by default); `encrypt_gang_networks`
+    makes the overlays of gangs across hosts with IPsec (`docker_gangs`,
+    off by default: docs/gangs.md); `client_factory` builds
     the per-thread SDK client (tests use it to inject failures).
     """
 
@@ -91,6 +104,7 @@ class DockerRuntime:
         pull_images: bool = False,
         poll_stats: bool = False,
         log_max_size: str = "50m",
+        encrypt_gang_networks: bool = False,
         client_factory: Callable[[], docker.DockerClient] | None = None,
     ) -> None:
         self.base_url = base_url or DEFAULT_DOCKER_URL
@@ -102,6 +116,7 @@ class DockerRuntime:
         self._client_factory = client_factory or self._new_client
         self._local = threading.local()
         self._networks = TenantNetworks(self._api)
+        self._gangs = GangNetworks(self._api, encrypted=encrypt_gang_networks)
         self._containers = Containers(self, self._api, self._networks)
         self._logs = ContainerLogs(self._api, self._containers)
 
@@ -137,7 +152,11 @@ class DockerRuntime:
         `pull_images` is on) within `timeout`, and `on_pull` hears how it goes
         (see `Runtime.start`); a pull the registry refuses is
         PermanentDriverError `image_not_found`, one that breaks off
-        TransientDriverError `pull_failed`.
+        TransientDriverError `pull_failed`. A replica of a gang across hosts
+        joins its gang's overlay instead of the tenant's bridge: on an engine
+        in no swarm that is PermanentDriverError `no_swarm`, and
+        `gang_network_missing` when no replica of the gang on a manager made
+        the network within GANG_NETWORK_WAIT seconds.
         """
         policy.check_environment(spec.env)
         policy.check_service_port(spec.service_port, spec.service_port_env)
@@ -146,6 +165,9 @@ class DockerRuntime:
         network = policy.tenant_network_name(spec.tenant)
         budget = Budget(timeout)
         with engine_errors(f"start {spec.name}"):
+            if spec.gang_across_hosts:
+                found = self._start_in_gang(spec, budget, on_pull)
+                return self._started(found, spec)
             try:
                 found = self._containers.create_and_start(spec, network, budget, on_pull)
             except docker.errors.NotFound as error:
@@ -154,9 +176,37 @@ class DockerRuntime:
                     raise
                 self._networks.forget(network)
                 found = self._containers.create_and_start(spec, network, budget, on_pull)
+        return self._started(found, spec)
+
+    def _started(self, found: dict[str, Any], spec: WorkloadSpec) -> Handle:
         handle = self._handle(str(found["Id"]), spec)
         endpoint = inspected_endpoint(found, spec.service_port, self.publish_address)
         return handle | {"endpoint": endpoint} if endpoint else handle
+
+    def _start_in_gang(self, spec: WorkloadSpec, budget: Budget, on_pull: PullListener | None) -> dict[str, Any]:
+        """Start the replica on its gang's overlay; on a worker, wait until a manager's replica has made it."""
+        network = self._gangs.ensure(spec, budget)
+        deadline = time.monotonic() + min(GANG_NETWORK_WAIT, budget.left())
+        while True:
+            try:
+                return self._containers.create_and_start(spec, network, budget, on_pull)
+            except docker.errors.APIError as error:
+                if not attach_refused(error, network):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise PermanentDriverError(
+                        f"{spec.name} could not join its gang's network {network}: no replica of the gang on a"
+                        f" swarm manager made it within {GANG_NETWORK_WAIT:g} s (docs/gangs.md)",
+                        code="gang_network_missing",
+                    ) from error
+            time.sleep(0.5)
+
+    def _release_gang_network(self, attrs: dict[str, Any], budget: Budget) -> None:
+        """Let the gang overlay of a stopped or removed container go, if it was on one (best effort)."""
+        network = str((attrs.get("HostConfig") or {}).get("NetworkMode") or "")
+        if network.startswith(policy.GANG_NETWORK_PREFIX):
+            with suppress(DriverError, docker.errors.DockerException, OSError):
+                self._gangs.release(network, budget)
 
     @staticmethod
     def _handle(container_id: str, spec: WorkloadSpec) -> Handle:
@@ -223,6 +273,7 @@ class DockerRuntime:
             if attrs is None:
                 return WorkloadStatus(state="missing")
             self._containers.end_lost_task(attrs)
+            self._release_gang_network(attrs, budget)
             return self._containers.status(container, attrs, budget)
 
     def remove(self, handle: Handle, *, timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -241,6 +292,7 @@ class DockerRuntime:
             except docker.errors.APIError as error:
                 if error.status_code != 409:  # removal already in progress
                     raise
+            self._release_gang_network(attrs, budget)
 
     # --- logs ----------------------------------------------------------------
 

@@ -286,6 +286,23 @@ def tenant_network_name(tenant: str) -> str:
     return f"gpucloud-tenant-{tenant}"
 
 
+GANG_NETWORK_PREFIX = "gpucloud-gang-"
+GANG_PURPOSE = "gang"
+
+
+def gang_network_name(workload_id: str, attempt: int) -> str:
+    """Return the overlay network of one attempt of a gang spread over hosts: `gpucloud-gang-w<id>-a<attempt>`.
+
+    One per gang and attempt: nothing else joins it, not even the tenant's
+    other workloads. Raises PermanentDriverError (`invalid_name`) as
+    `container_name` does.
+    """
+    workload = str(workload_id)
+    if not _DOCKER_NAME_PART.fullmatch(workload) or attempt < 0:
+        raise PermanentDriverError(f"cannot name a network after workload {workload!r}", code="invalid_name")
+    return f"{GANG_NETWORK_PREFIX}w{workload}-a{attempt}"
+
+
 def check_workload_name(name: str) -> None:
     """Raise PermanentDriverError (`invalid_name`) unless `name` can name a container and a directory."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}", name):

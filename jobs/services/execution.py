@@ -199,6 +199,8 @@ def replica_spec(
         "run_as": storage.run_as,
         "workdir": storage.workdir,
         "stop_signal": workload.stop_signal,
+        # Docker replicas of a gang on several nodes share an overlay network of their own (docs/gangs.md).
+        "gang_across_hosts": runtime == RuntimeKind.DOCKER and len({p.node.pk for p in placements.values()}) > 1,
         # A job's first replica has its node report the checkpoints it sees there (inventory.agent.checkpoints).
         "checkpoint_dir": mounts.checkpoint_node_dir(storage.mounts, workload.pk) if watches_checkpoints else "",
     }
@@ -230,13 +232,14 @@ def _gang_env(workload: Workload, index: int, placements: dict[int, _Placement])
 def _master_addr(workload: Workload, placements: dict[int, _Placement], master: Node) -> str:
     """Where replica 0 is reached from the others.
 
-    Containers of one tenant on one node share the tenant's bridge network,
-    where replica 0's container name resolves; processes on one host use
-    loopback; across nodes, replica 0's node address.
+    Docker replicas find replica 0 by its container name: on one node in
+    the tenant's bridge network, across nodes in the gang's own overlay
+    network (docs/gangs.md), whose DNS resolves it. Processes on one host
+    use loopback; across nodes, replica 0's node address.
     """
+    if master.runtime == RuntimeKind.DOCKER:
+        return container_name(workload.pk, 0, workload.attempt)
     if all(p.node.pk == master.pk for p in placements.values()):
-        if master.runtime == RuntimeKind.DOCKER:
-            return container_name(workload.pk, 0, workload.attempt)
         return "127.0.0.1"
     return master.address or master.name
 
