@@ -32,12 +32,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 
-from celery import Task, bootsteps
+from celery import Task, bootsteps, current_task
 from celery import current_app as app
 from django.core.cache import cache
 from django.db import InterfaceError, OperationalError
+from django.utils import timezone
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,9 @@ REPORT_RETRY: dict[str, Any] = {
 # When this process began watching: a silence or a wait it did not see from its start is not its to judge.
 _WATCHING_SINCE = time.monotonic()
 
+# The header every task message carries with the epoch seconds it was published at (`stamp_sent_at`).
+SENT_AT_HEADER = "gpucloud_sent_at"
+
 
 def watching_for(seconds: float) -> bool:
     """Return whether this process has been running for at least `seconds`.
@@ -74,6 +79,32 @@ def watching_for(seconds: float) -> bool:
     minutes the controller itself was down.
     """
     return time.monotonic() - _WATCHING_SINCE >= seconds
+
+
+def stamp_sent_at(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    """Celery's `before_task_publish`: write the moment of publishing into the message's headers."""
+    if headers is not None:
+        headers[SENT_AT_HEADER] = time.time()
+
+
+def evidence_time() -> datetime:
+    """Return the moment up to which the running control task has seen every report sent before it.
+
+    Reports and the tasks that judge them (start timeouts, lost nodes,
+    relaunches) travel on the one FIFO `control` queue, so when a judging
+    task runs, every report published before it was published has been
+    taken: the evidence is complete up to its publish time, not up to now.
+    A controller that fell behind therefore judges an older moment instead
+    of mistaking its own backlog for silence, and judges nothing wrongly
+    however deep the queue grows. Outside a task, or for a message from a
+    publisher that does not stamp (an older agent), it is now.
+    """
+    now = timezone.now()
+    request = getattr(current_task, "request", None)
+    sent = getattr(request, SENT_AT_HEADER, None)
+    if not isinstance(sent, int | float) or isinstance(sent, bool):
+        return now
+    return min(now, datetime.fromtimestamp(sent, tz=UTC))
 
 
 def queue_for(task: str) -> str:

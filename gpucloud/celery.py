@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import before_task_publish
 
-from common.control import PromptAcks, RecoverOnConnect
+from common.control import PromptAcks, RecoverOnConnect, stamp_sent_at
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpucloud.settings")
 
@@ -19,3 +20,6 @@ app.autodiscover_tasks(["inventory.agent"])
 # control messages as it takes them (common.control says why).
 app.steps["consumer"].add(RecoverOnConnect)
 app.steps["consumer"].add(PromptAcks)
+# Every message says when it was sent: the controller judges timeouts as of the moment its evidence is
+# complete (common.control.evidence_time).
+before_task_publish.connect(stamp_sent_at, weak=False, dispatch_uid="gpucloud.sent_at")

@@ -96,7 +96,11 @@ def check_nodes() -> dict[str, Any]:
     drained = apply_waiting_reports(wait_seconds=BURST_LIMIT_SECONDS)
     judge = drained is not None and control.watching_for(timeout)
     return {
-        "unreachable": services.mark_unreachable_nodes(timeout=timedelta(seconds=timeout)) if judge else [],
+        "unreachable": (
+            services.mark_unreachable_nodes(timeout=timedelta(seconds=timeout), now=control.evidence_time())
+            if judge
+            else []
+        ),
         "provisioning_failed": services.fail_stalled_provisioning(
             timeout=timedelta(seconds=settings.NODE_PROVISION_TIMEOUT_SECONDS)
         ),

@@ -8,6 +8,7 @@ from typing import Any
 from celery import Task, shared_task
 from django.utils import timezone
 
+from common import control
 from common.control import INGEST_QUEUE, REPORT_RETRY, CoalescingTask
 from jobs.scheduler.shell import run_pass
 from jobs.services import checkpoints, execution, idle, logs, reconcile, replicas, watchdog
@@ -128,16 +129,20 @@ def ingest_log_batches(batches: list[dict[str, Any]]) -> int:
 
 @shared_task(name="jobs.node_replicas", ignore_result=True, **REPORT_RETRY)
 def node_replicas(
-    node: str, managed: list[dict[str, Any]], starting: list[str] | None = None, gone: list[str] | None = None
+    node: str,
+    managed: list[dict[str, Any]],
+    starting: list[str] | None = None,
+    gone: list[str] | None = None,
+    unstarted: list[str] | None = None,
 ) -> dict[str, int]:
-    """An agent's own view of its replicas (runtime list, starting, gone): compare it with the ledger."""
-    return reconcile.reconcile_node(node=node, managed=managed, starting=starting, gone=gone)
+    """An agent's own view of its replicas (runtime list, starting, gone, unstarted): compare it with the ledger."""
+    return reconcile.reconcile_node(node=node, managed=managed, starting=starting, gone=gone, unstarted=unstarted)
 
 
 @shared_task(name="jobs.reconcile", base=CoalescingTask, ignore_result=True)
 def reconcile_workloads() -> dict[str, int]:
     """Periodic: repair the ledger, ask every live node what it runs, handle lost nodes."""
-    counts = reconcile.reconcile_ledger()
+    counts = reconcile.reconcile_ledger(now=control.evidence_time())
     counts["lost"] = watchdog.handle_lost_nodes()
     counts["nodes_asked"] = reconcile.request_node_inventories()
     return counts
@@ -146,7 +151,7 @@ def reconcile_workloads() -> dict[str, int]:
 @shared_task(name="jobs.enforce_time_limits", base=CoalescingTask, ignore_result=True)
 def enforce_time_limits() -> dict[str, int]:
     """Periodic: stop workloads past their maximum runtime, fail launches past the start timeout."""
-    return watchdog.enforce_time_limits(now=timezone.now())
+    return watchdog.enforce_time_limits(now=control.evidence_time())
 
 
 @shared_task(name="jobs.check_idle_notebooks", base=CoalescingTask, ignore_result=True)

@@ -311,7 +311,9 @@ class Executor:
 
     # --- reconcile -------------------------------------------------------------
 
-    def inventory_report(self, *, node: str, runtime: str, confirmed: list[str]) -> dict[str, Any]:
+    def inventory_report(
+        self, *, node: str, runtime: str, confirmed: list[str], launched: list[str] | None = None
+    ) -> dict[str, Any]:
         """Return the node's own view for reconcile (`jobs.node_replicas` arguments), taken now.
 
         `managed`: every replica the runtime has, in any state; `starting`:
@@ -320,13 +322,20 @@ class Executor:
         asked) that the runtime no longer has and this agent is not
         starting. Only `gone` ever makes the controller declare a replica
         vanished: a replica is never judged by how late a message arrives.
+        `unstarted`: those of `launched` (replicas whose start the controller
+        sent before it asked) that this agent is not starting, the only ones
+        the controller sends again; given only when the controller named
+        `launched` (older controllers did not).
         """
         with self._lock:
             starting = sorted(self._starting)
         managed = self.inventory(node=node, runtime=runtime)
         present = {item["name"] for item in managed} | set(starting)
         gone = [name for name in confirmed if name not in present]
-        return {"node": node, "managed": managed, "starting": starting, "gone": gone}
+        report = {"node": node, "managed": managed, "starting": starting, "gone": gone}
+        if launched is not None:
+            report["unstarted"] = [name for name in launched if name not in starting]
+        return report
 
     def inventory(self, *, node: str, runtime: str) -> list[dict[str, Any]]:
         """Return every replica the node's runtime manages, as JSON for `jobs.node_replicas`."""

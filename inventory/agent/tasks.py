@@ -36,7 +36,10 @@ def watch_replica(**message: Any) -> None:
 
 
 @shared_task(name="agent.list_replicas", ignore_result=True)
-def list_replicas(node: str, runtime: str, confirmed: list[str] | None = None) -> None:
+def list_replicas(
+    node: str, runtime: str, confirmed: list[str] | None = None, launched: list[str] | None = None
+) -> None:
     """Report this node's own view of its replicas for reconcile (`Executor.inventory_report`)."""
     agent = executor()
-    agent.report("jobs.node_replicas", **agent.inventory_report(node=node, runtime=runtime, confirmed=confirmed or []))
+    view = agent.inventory_report(node=node, runtime=runtime, confirmed=confirmed or [], launched=launched)
+    agent.report("jobs.node_replicas", **view)

@@ -25,6 +25,14 @@ manages. Each agent answers with `jobs.node_replicas`, and
   (re)watched by the agent from the last stored log cursor, so a restarted
   agent or console loses no output and still reports the exit.
 
+A simulated node has no agent: its work runs in whichever controller
+process takes the message, and each process knows only the simulated
+workloads it started. Its answer cannot say a replica is gone (another
+process may run it); a simulated workload lives in its handle and the
+clock, so a running replica that the answering process does not list is
+watched again from the ledger's handle instead, and whichever process takes
+that follows it to its end and reports it.
+
 A replica whose stored output stops short of what its agent shipped lost a
 log batch on the way (Redis's transport can lose the message a worker was
 taking when it was killed, and a Redis restarted without persistence loses
@@ -48,7 +56,7 @@ from typing import Any
 from django.core.cache import cache
 from django.utils import timezone
 
-from inventory.choices import NodeState
+from inventory.choices import NodeState, RuntimeKind
 from inventory.models import Node, NodeEvent
 from inventory.services.mounts import checkpoint_host_dirs
 from jobs import dispatch
@@ -89,11 +97,15 @@ def reconcile_ledger(*, now: datetime | None = None) -> dict[str, int]:
     for workload in stale_stops(now=moment):
         resent += request_replica_stops(workload)
         Workload.all_tenants.filter(pk=workload.pk).update(stop_requested_at=moment)
+    # Placed before the evidence moment (`now`, see jobs.tasks) and still not launched: the pass's launch
+    # message was taken and lost. Launched by the same batched messages a pass sends, not here, so a large
+    # backlog costs this run one query.
     placed = Workload.all_tenants.filter(state=WorkloadState.SCHEDULED, scheduled_at__lt=moment - RELAUNCH_AFTER)
-    relaunched = launch_workloads(workload_ids=list(placed.values_list("pk", flat=True)))
+    relaunch = list(placed.values_list("pk", flat=True))
+    dispatch.launch_on_commit(relaunch)
     short = replicas_with_output_short(moment).filter(finished_at__lt=moment - LOG_RESEND_AFTER)
     reread = request_output_resends(set(short.values_list("workload_id", "attempt", "index")))
-    return {"released": settled, "stops_resent": resent, "relaunched": relaunched, "output_resent": reread}
+    return {"released": settled, "stops_resent": resent, "relaunched": len(relaunch), "output_resent": reread}
 
 
 def request_output_resends(keys: set[tuple[int, int, int]]) -> int:
@@ -132,28 +144,40 @@ def request_node_inventories() -> int:
     """Ask the agent of every live node for its own view of its replicas; return how many were asked.
 
     Each request names the replicas on that node whose start the ledger has
-    heard of (`confirmed`): only those can the agent call gone.
+    heard of (`confirmed`): only those can the agent call gone; and those
+    whose start was sent before this request (`launched`): only those are
+    sent again, so a start still on its way is not sent twice.
     """
     nodes = list(Node.objects.filter(state__in=_LIVE_NODES).only("pk", "name", "runtime"))
-    confirmed: dict[int, list[str]] = {}
-    started = Replica.all_tenants.filter(node__in=nodes, state=ReplicaState.RUNNING).values_list("node_id", "name")
-    for node_id, name in started:
-        confirmed.setdefault(node_id, []).append(name)
+    named: dict[str, dict[int, list[str]]] = {"confirmed": {}, "launched": {}}
+    rows = Replica.all_tenants.filter(node__in=nodes, state__in=[ReplicaState.RUNNING, ReplicaState.LAUNCHING])
+    for node_id, name, state in rows.values_list("node_id", "name", "state"):
+        key = "confirmed" if state == ReplicaState.RUNNING else "launched"
+        named[key].setdefault(node_id, []).append(name)
     for node in nodes:
-        kwargs = {"node": node.name, "runtime": node.runtime, "confirmed": sorted(confirmed.get(node.pk, []))}
+        kwargs: dict[str, Any] = {"node": node.name, "runtime": node.runtime}
+        kwargs |= {key: sorted(names.get(node.pk, [])) for key, names in named.items()}
         dispatch.send(dispatch.LIST_REPLICAS, queue=node.agent_queue, kwargs=kwargs)
     return len(nodes)
 
 
 def reconcile_node(
-    *, node: str, managed: list[dict[str, Any]], starting: list[str] | None = None, gone: list[str] | None = None
+    *,
+    node: str,
+    managed: list[dict[str, Any]],
+    starting: list[str] | None = None,
+    gone: list[str] | None = None,
+    unstarted: list[str] | None = None,
 ) -> dict[str, int]:
     """Compare the node's own view with the ledger; return counts of orphans, vanished, watched, restarted.
 
     `managed` is the agent's runtime list (name, workload_id, attempt,
     replica, state, handle), `starting` the replicas it is starting now,
     `gone` the confirmed replicas its runtime no longer has (see the module
-    docstring). Idempotent: a late or repeated answer changes nothing new.
+    docstring), `unstarted` those launched before the question that it is
+    not starting (None from an agent that predates it: every launching
+    replica it is not starting).
+    Idempotent: a late or repeated answer changes nothing new.
     """
     row = Node.objects.filter(name=node).first()
     counts = {"orphans": 0, "vanished": 0, "watched": 0, "restarted": 0}
@@ -173,6 +197,12 @@ def reconcile_node(
             _watch(row, replica, item)
             counts["watched"] += 1
     present = {str(item.get("name")) for item in managed} | set(starting or [])
+    if row.runtime == RuntimeKind.SIMULATED:
+        gone = []
+        for name, replica in ledger.items():
+            if name not in present and replica.state == ReplicaState.RUNNING and replica.handle:
+                _watch(row, replica, {})
+                counts["watched"] += 1
     for name in sorted(set(gone or []) - present):
         replica = ledger.get(name)
         # Only a start the ledger had heard of can be gone; a launching replica is sent again below.
@@ -188,12 +218,15 @@ def reconcile_node(
     # runtime has nothing of it (its start message was lost) or has it (a start cut short, e.g. a
     # container created but never started when the engine died): the start adopts what exists, starts a
     # created container, and reports it. Watching it instead would leave a never-started one running.
+    # Only a start sent before the question can be missing from the answer: one sent after it may still be
+    # on its way (a queue behind), and sending it again would only lengthen that queue.
+    candidates = set(unstarted) if unstarted is not None else set(ledger) - set(starting or [])
     unsent = [
         replica.workload_id
         for name, replica in ledger.items()
-        if name not in set(starting or []) and replica.state == ReplicaState.LAUNCHING and _wanted(replica)
+        if name in candidates and replica.state == ReplicaState.LAUNCHING and _wanted(replica)
     ]
-    counts["restarted"] = launch_workloads(workload_ids=unsent) if unsent else 0
+    counts["restarted"] = launch_workloads(workload_ids=unsent, resend=True) if unsent else 0
     return counts
 
 

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from common import control
@@ -29,7 +30,9 @@ def enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
     """Fail running workloads past their maximum runtime and launches stuck past the start timeout; return counts.
 
     Start timeouts are judged only by a process that has run for a whole
-    timeout (`common.control.watching_for`).
+    timeout (`common.control.watching_for`). The controller passes the
+    moment its evidence is complete as `now` (`common.control.evidence_time`),
+    so a start report still waiting in its queue is never overtaken.
     """
     moment = now or timezone.now()
     over = 0
@@ -47,10 +50,6 @@ def enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
     if not control.watching_for(settings.WORKLOAD_START_TIMEOUT_SECONDS):
         # Just started: launches the broker lost are being sent again (reconcile); they get their full time.
         return {"max_runtime": over, "start_timeout": 0}
-    cutoff = moment - timedelta(seconds=settings.WORKLOAD_START_TIMEOUT_SECONDS)
-    stuck = Workload.all_tenants.filter(
-        state__in=[WorkloadState.SCHEDULED, WorkloadState.STARTING], scheduled_at__lt=cutoff
-    ).values_list("pk", flat=True)
     timed_out = sum(
         stop_workload(
             workload_id=pk,
@@ -59,9 +58,25 @@ def enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
             reason_code=ReasonCode.START_TIMEOUT,
             message=f"Failed: it did not start within {_duration(settings.WORKLOAD_START_TIMEOUT_SECONDS)}.",
         )
-        for pk in list(stuck)
+        for pk in stuck_launches(moment - timedelta(seconds=settings.WORKLOAD_START_TIMEOUT_SECONDS))
     )
     return {"max_runtime": over, "start_timeout": timed_out}
+
+
+def stuck_launches(cutoff: datetime) -> list[int]:
+    """Return the workloads whose start is overdue at `cutoff`: placed but never launched before it, or whose
+    nodes were sent their start before it and never reported it.
+
+    A workload's start time counts from when its nodes were asked (its
+    current attempt's replica rows are made then), not from its placement:
+    a launch that waited in the controller's own queue is the controller's
+    delay, not the workload's.
+    """
+    placed = Workload.all_tenants.filter(state=WorkloadState.SCHEDULED, scheduled_at__lt=cutoff)
+    asked = Replica.all_tenants.filter(
+        workload__state=WorkloadState.STARTING, attempt=F("workload__attempt"), index=0, created_at__lt=cutoff
+    )
+    return sorted({*placed.values_list("pk", flat=True), *asked.values_list("workload_id", flat=True)})
 
 
 def _duration(seconds: int) -> str:

@@ -82,6 +82,40 @@ def test_ingest_tasks_travel_on_their_own_queue() -> None:
     assert control.queue_for("jobs.replica_exited") == control.CONTROL_QUEUE
 
 
+JUDGED: list[tuple[float, float]] = []
+
+
+@shared_task(name="tests.judge_as_of_evidence", ignore_result=True)
+def judge_as_of_evidence() -> None:
+    """A stand-in for a judging task (start timeouts, lost nodes): it records its evidence moment and now."""
+    JUDGED.append((control.evidence_time().timestamp(), time.time()))
+
+
+@shared_task(name="tests.hold_control", ignore_result=True)
+def hold_control(seconds: float) -> None:
+    """A backlog: the one worker thread is busy for `seconds`."""
+    time.sleep(seconds)
+
+
+def test_outside_a_task_the_evidence_is_complete_now() -> None:
+    assert abs(control.evidence_time().timestamp() - time.time()) < 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_that_waited_in_the_queue_judges_as_of_when_it_was_sent() -> None:
+    """A judging message that waited behind a backlog (here: 2 s of other work on the one worker thread) sees
+    every report sent before it: it judges the moment it was sent, not the moment it ran."""
+    JUDGED.clear()
+    with running_worker(["control"], concurrency=1):
+        hold_control.apply_async(kwargs={"seconds": 2.0}, queue="control")
+        sent = time.time()
+        judge_as_of_evidence.apply_async(queue="control")
+        assert wait_until(lambda: JUDGED, timeout=15)
+    evidence, ran = JUDGED[0]
+    assert ran - sent >= 2
+    assert sent - 0.5 <= evidence <= sent + 0.5, (evidence - sent, ran - sent)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_flood_of_requests_keeps_at_most_one_waiting_and_loses_none(clean: None) -> None:
     """200 requests over about 2 s to a task that takes 0.3 s: the queue never holds more than one message,

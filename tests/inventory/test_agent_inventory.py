@@ -79,6 +79,10 @@ def test_a_replica_being_started_is_starting_not_gone(tmp_path: Path, monkeypatc
     agent.start(_spec(name, seconds=30))  # a re-sent start while the first is under way: a no-op
     report = agent.inventory_report(node=NODE, runtime="process", confirmed=[name])
     assert report["starting"] == [name] and report["gone"] == []
+    assert "unstarted" not in report, "a controller that names no launches gets the answer it knows"
+    lost = "gpucloud-w8-r0-a1"  # launched before the question, its start never arrived
+    report = agent.inventory_report(node=NODE, runtime="process", confirmed=[], launched=[name, lost])
+    assert report["unstarted"] == [lost], "the one being started is not sent again"
     release.set()
     starter.join(10)
     assert [task for task, _ in sent].count("jobs.replica_started") == 1

@@ -16,13 +16,13 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from common import control
-from inventory.choices import NodeState
+from inventory.choices import NodeState, RuntimeKind
 from inventory.models import Node, NodeEvent
-from jobs import services
+from jobs import dispatch, services
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Allocation, AllowedImage, Replica, ReplicaState, Workload, WorkloadEvent
 from jobs.scheduler.shell import run_pass
-from jobs.services import reconcile, replicas, watchdog
+from jobs.services import execution, reconcile, replicas, watchdog
 from jobs.services.execution import launch_workload
 from tenants.context import Actor
 from tenants.models import ProjectQuota
@@ -141,6 +141,25 @@ def test_a_launch_stuck_past_the_start_timeout_fails(
     assert _held(job) == 0, "nothing was launched, so nothing to wait for"
 
 
+def test_the_start_timeout_counts_from_the_launch_not_the_placement(
+    world: World, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A placement whose launch waited in the controller's own queue gets its whole start time from the
+    moment its node was asked: the controller's delay is never the workload's failure."""
+    _ready(world)
+    job = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
+    run_pass()
+    settings.WORKLOAD_START_TIMEOUT_SECONDS = 60
+    monkeypatch.setattr(control, "_WATCHING_SINCE", time.monotonic() - 3600)
+    Workload.all_tenants.filter(pk=job.pk).update(scheduled_at=timezone.now() - timedelta(seconds=600))
+    launch_workload(workload=Workload.all_tenants.get(pk=job.pk))  # the launch message's turn came only now
+    assert watchdog.enforce_time_limits(now=timezone.now() + timedelta(seconds=30))["start_timeout"] == 0
+    assert Workload.all_tenants.get(pk=job.pk).state == WorkloadState.STARTING
+    assert watchdog.enforce_time_limits(now=timezone.now() + timedelta(seconds=61))["start_timeout"] == 1
+    job.refresh_from_db()
+    assert (job.state, job.reason_code) == (WorkloadState.FAILED, ReasonCode.START_TIMEOUT)
+
+
 def test_reconcile_releases_allocations_left_behind(world: World) -> None:
     _ready(world)
     job = _running(world)
@@ -156,6 +175,7 @@ def test_reconcile_releases_allocations_left_behind(world: World) -> None:
 def test_reconcile_stops_orphans_and_records_replicas_the_node_says_are_gone(world: World) -> None:
     _ready(world)
     job = _running(world)
+    _with_agent("n1")
     row = Replica.all_tenants.get(workload=job)
     managed = [{"name": "gpucloud-w999-r0-a1", "workload_id": "999", "attempt": 1, "replica": 0, "state": "running"}]
     counts = reconcile.reconcile_node(node="n1", managed=managed, gone=[row.name])
@@ -170,6 +190,7 @@ def test_a_replica_missing_from_a_late_list_is_not_declared_vanished(world: Worl
     """A list taken before the replica started, applied minutes later, proves nothing: only `gone` does."""
     _ready(world)
     job = _running(world)
+    _with_agent("n1")
     Replica.all_tenants.filter(workload=job).update(created_at=timezone.now() - timedelta(minutes=10))
     assert reconcile.reconcile_node(node="n1", managed=[], gone=[]) == {
         "orphans": 0,
@@ -179,6 +200,34 @@ def test_a_replica_missing_from_a_late_list_is_not_declared_vanished(world: Worl
     }
     job.refresh_from_db()
     assert job.state == WorkloadState.RUNNING
+
+
+def test_a_simulated_replica_another_process_runs_is_watched_again_never_vanished(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A simulated node's work runs in whichever controller process takes it, and each knows only what it
+    started: one that does not list a running replica (or calls it gone) says nothing of it. The replica is
+    watched again from the ledger's handle, so some process follows it to its end."""
+    watched: list[dict[str, Any]] = []
+    monkeypatch.setattr(dispatch, "send", lambda task, *, queue, kwargs: _record(watched, kwargs))
+    _ready(world)
+    job = _running(world)
+    row = Replica.all_tenants.get(workload=job)
+    counts = reconcile.reconcile_node(node="n1", managed=[], starting=[], gone=[row.name])
+    assert (counts["vanished"], counts["watched"]) == (0, 1)
+    assert watched[-1]["name"] == row.name and watched[-1]["handle"] == row.handle
+    assert Workload.all_tenants.get(pk=job.pk).state == WorkloadState.RUNNING
+
+
+def _record(into: list[dict[str, Any]], kwargs: dict[str, Any]) -> bool:
+    """Stand in for `dispatch.send`: keep the message's arguments, report it sent."""
+    into.append(kwargs)
+    return True
+
+
+def _with_agent(name: str) -> None:
+    """Make node `name` one with an agent of its own (process runtime), whose answers cover the whole node."""
+    Node.objects.filter(name=name).update(runtime=RuntimeKind.PROCESS)
 
 
 def test_a_late_exit_report_still_completes_the_workload(world: World) -> None:
@@ -215,17 +264,66 @@ def test_a_launching_replica_the_node_does_not_have_is_started_again(world: Worl
     assert job.state == WorkloadState.STARTING
 
 
-def test_reconcile_launches_placements_whose_launch_never_happened(world: World) -> None:
-    """A console restart loses the launch message of a placed workload: reconcile launches it."""
+def test_reconcile_launches_placements_whose_launch_never_happened(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A console restart loses the launch message of a placed workload: reconcile asks for its launch again,
+    in the batched messages a pass sends (never inline: a backlog of thousands must not run inside reconcile)."""
+    asked: list[list[int]] = []
+    monkeypatch.setattr(dispatch, "launch_on_commit", lambda ids: asked.append(sorted(ids)))
     _ready(world)
     job = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
     run_pass()
     job.refresh_from_db()
     assert job.state == WorkloadState.SCHEDULED
+    asked.clear()
     assert reconcile.reconcile_ledger()["relaunched"] == 0, "too young: its launch may be on the way"
     assert reconcile.reconcile_ledger(now=timezone.now() + timedelta(seconds=30))["relaunched"] == 1
-    job.refresh_from_db()
-    assert job.state == WorkloadState.STARTING
+    assert asked[-1] == [job.pk]
+    assert Workload.all_tenants.get(pk=job.pk).state == WorkloadState.SCHEDULED, "launched by the message, not here"
+    assert execution.launch_workloads(workload_ids=asked[-1]) == 1
+    assert Workload.all_tenants.get(pk=job.pk).state == WorkloadState.STARTING
+
+
+def test_a_second_launch_message_sends_no_start_twice(world: World) -> None:
+    """The pass's launch and reconcile's both reach the controller: only the first sends starts; a resend is
+    reconcile's, for what the node said it is not starting."""
+    _ready(world)
+    job = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
+    run_pass()
+    assert execution.launch_workloads(workload_ids=[job.pk]) == 1
+    assert execution.launch_workloads(workload_ids=[job.pk]) == 0
+    assert execution.launch_workloads(workload_ids=[job.pk], resend=True) == 1
+
+
+def test_only_a_start_sent_before_the_question_is_sent_again(world: World) -> None:
+    """The node answers about the replicas launched before it was asked (`unstarted`): a replica launched
+    after the question (its start still queued behind it) is absent from the answer and is not sent again."""
+    _ready(world)
+    job = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
+    run_pass()
+    launch_workload(workload=job)
+    row = Replica.all_tenants.get(workload=job)
+    counts = reconcile.reconcile_node(node="n1", managed=[], starting=[], gone=[], unstarted=[])
+    assert counts["restarted"] == 0, "launched after the question: its start may still be on the way"
+    counts = reconcile.reconcile_node(node="n1", managed=[], starting=[], gone=[], unstarted=[row.name])
+    assert counts["restarted"] == 1
+
+
+def test_the_inventory_question_names_what_was_launched_and_what_started(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(dispatch, "send", lambda task, *, queue, kwargs: _record(sent, kwargs))
+    _ready(world)
+    launching = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
+    running = _running(world)
+    run_pass()
+    launch_workload(workload=Workload.all_tenants.get(pk=launching.pk))
+    assert reconcile.request_node_inventories() == 1
+    names = dict(Replica.all_tenants.values_list("workload_id", "name"))
+    assert sent[-1]["launched"] == [names[launching.pk]]
+    assert sent[-1]["confirmed"] == [names[running.pk]]
 
 
 def test_reconcile_rewatches_replicas_that_run_on_both_sides(world: World) -> None:
