@@ -196,7 +196,10 @@ def cmd_worker(args: argparse.Namespace) -> None:
 
     from gpucloud.celery import app
 
-    argv = ["worker", "--loglevel", args.loglevel, "--queues", args.queues]
+    # Two workers on one host must not share Celery's default name (celery@host): remote control, the
+    # unacknowledged-message recovery and the logs tell workers apart by it.
+    hostname = args.hostname or f"{args.queues.replace(',', '+')}.{os.getpid()}@%h"
+    argv = ["worker", "--loglevel", args.loglevel, "--queues", args.queues, "--hostname", hostname]
     if args.beat:
         # Beat's schedule lives with the rest of the data, not in whatever directory the worker started from.
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -367,6 +370,9 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated queues (default: control,ingest; run one worker per queue so logs never delay control)",
     )
     worker.add_argument("--beat", action="store_true", help="also run the periodic scheduler")
+    worker.add_argument(
+        "--hostname", default="", help="the worker's node name (default: its queues and process id @ the host)"
+    )
     worker.add_argument("--loglevel", default="INFO")
     agent = commands.add_parser(
         "agent",

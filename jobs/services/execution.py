@@ -3,9 +3,10 @@
 `launch_workloads` is what the controller runs after a scheduling pass
 commits placements: each workload still `scheduled` moves to `starting`
 (compare-and-swap), gets one `Replica` row per replica with a deterministic
-name, and each replica's spec goes to its node's agent. A retried launch of
-a workload already `starting` in the same attempt sends the replicas that
-have not reported yet again; the agent adopts what an earlier try created.
+name, and each replica's spec goes to its node's agent. Reconcile asks for
+the replicas of a workload already `starting` to be sent again (`resend`)
+once their node says it is not starting them; the agent adopts what an
+earlier try created.
 
 Specs are plain JSON: the agent rebuilds the driver's `WorkloadSpec` from
 them (see `inventory.agent.executor`).
@@ -13,13 +14,14 @@ them (see `inventory.agent.executor`).
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from inventory.choices import RuntimeKind
 from inventory.models import Node
@@ -27,7 +29,9 @@ from inventory.services import mounts
 from jobs import dispatch
 from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload
-from jobs.services.lifecycle import transition_workload
+from jobs.services.lifecycle import transition_workloads
+
+log = logging.getLogger(__name__)
 
 # torchrun's default rendezvous port; each container has its own network namespace.
 MASTER_PORT = 29500
@@ -49,70 +53,126 @@ def container_name(workload_id: int, replica: int, attempt: int) -> str:
     return f"gpucloud-w{workload_id}-r{replica}-a{attempt}"
 
 
-def launch_workloads(*, workload_ids: Iterable[int]) -> int:
-    """Launch each of `workload_ids` that is `scheduled` (or re-send a `starting` one); return how many were sent.
+def launch_workloads(*, workload_ids: Iterable[int], resend: bool = False) -> int:
+    """Launch each of `workload_ids` that is `scheduled`; return how many replica starts were sent.
 
-    Workloads in any other state are skipped: they were cancelled or
-    preempted after placement, and their allocations are the stop path's.
+    With `resend`, a `starting` one's replicas that have not reported are
+    sent again too (reconcile, once their node said it is not starting
+    them). Without it a `starting` workload is skipped: a second launch
+    message (a placement launched by reconcile while the pass's own launch
+    waited in the queue) must not send every start twice. Workloads in any
+    other state are skipped: they were cancelled or preempted after
+    placement, and their allocations are the stop path's.
+
+    The batch is launched in one transaction with a fixed number of queries
+    (a pass places thousands at once). If it fails for anything but the
+    database, each workload is launched on its own, so one that cannot be
+    launched (left `scheduled` for reconcile and the start timeout) does
+    not hold back the rest.
     """
+    ids = sorted({int(pk) for pk in workload_ids})
+    if not ids:
+        return 0
+    try:
+        return _launch(ids, resend=resend)
+    except DatabaseError:
+        raise  # the task retries the whole batch once the database answers
+    except Exception:
+        if len(ids) == 1:
+            raise
+        log.warning("launching %d workloads at once failed; launching them one by one", len(ids), exc_info=True)
     sent = 0
-    launching = Workload.all_tenants.filter(pk__in=list(workload_ids)).select_related("tenant", "owner", "project")
-    for workload in launching.order_by("pk"):
-        if workload.state in (WorkloadState.SCHEDULED, WorkloadState.STARTING):
-            sent += launch_workload(workload=workload)
+    for pk in ids:
+        try:
+            sent += _launch([pk], resend=resend)
+        except DatabaseError:
+            raise
+        except Exception:
+            log.exception("could not launch workload %s; reconcile tries again", pk)
     return sent
 
 
-@transaction.atomic
 def launch_workload(*, workload: Workload) -> int:
-    """Move `workload` to `starting` and send its replicas that have not started to their nodes; return the count.
+    """Move `workload` to `starting` (or, already `starting`, re-send it) and send its replicas that have not
+    started to their nodes; return the count. Idempotent per attempt: the Replica rows are unique per
+    (workload, attempt, replica), and container names derive from them."""
+    return _launch([workload.pk], resend=True)
 
-    Idempotent per attempt: the Replica rows are unique per (workload,
-    attempt, replica), and container names derive from them.
-    """
-    placements = _placements(workload.pk)
-    if not placements:
-        return 0
-    if workload.state == WorkloadState.SCHEDULED:
-        secret = secrets.token_urlsafe(32) if workload.service_port else ""
-        if not transition_workload(
-            workload_id=workload.pk,
-            from_states=[WorkloadState.SCHEDULED],
-            to_state=WorkloadState.STARTING,
-            message=f"Starting {len(placements)} replica{'s' if len(placements) != 1 else ''}.",
-            session_secret=secret,
-            idle_warned_at=None,
-            idle_extended_at=None,
-            stop_requested_at=None,
-        ):
-            return 0
-        workload.refresh_from_db()
-    replicas = _replica_rows(workload, placements)
-    pending = [row for row in replicas if row.state == ReplicaState.LAUNCHING]
-    storage = workload_storage(workload) if pending else None
-    for row in pending:
-        spec = replica_spec(workload, row.index, placements, storage)
-        dispatch.send_on_commit(dispatch.START_REPLICA, queue=row.node.agent_queue, kwargs={"spec": spec})
-    return len(pending)
+
+@transaction.atomic
+def _launch(ids: list[int], *, resend: bool) -> int:
+    states = [WorkloadState.SCHEDULED, WorkloadState.STARTING] if resend else [WorkloadState.SCHEDULED]
+    found = dict(Workload.all_tenants.filter(pk__in=ids, state__in=states).values_list("pk", "state"))
+    placements = _placements_of(list(found))
+    placed = {
+        pk: len(placements[pk]) for pk, state in found.items() if state == WorkloadState.SCHEDULED and pk in placements
+    }
+    moved = transition_workloads(
+        workload_ids=placed,
+        from_states=[WorkloadState.SCHEDULED],
+        to_state=WorkloadState.STARTING,
+        messages={pk: f"Starting {n} replica{'s' if n != 1 else ''}." for pk, n in placed.items()},
+        session_secret="",
+        idle_warned_at=None,
+        idle_extended_at=None,
+        stop_requested_at=None,
+    )
+    resent = [pk for pk, state in found.items() if state == WorkloadState.STARTING and pk in placements]
+    launching = list(
+        Workload.all_tenants.filter(pk__in=[*moved, *resent])
+        .select_related("tenant", "owner", "project")
+        .order_by("pk")
+    )
+    for workload in launching:
+        if workload.pk in moved and workload.service_port:
+            # Each notebook's session secret is its own: the few there are get one update each.
+            workload.session_secret = secrets.token_urlsafe(32)
+            Workload.all_tenants.filter(pk=workload.pk).update(session_secret=workload.session_secret)
+    pending = _pending_replicas(launching, placements)
+    plans: dict[tuple[int, int], list[mounts.PlannedMount]] = {}
+    sent = 0
+    for workload in launching:
+        rows = pending.get(workload.pk, [])
+        if not rows:
+            continue
+        key = (workload.owner_id, workload.project_id)
+        if key not in plans:
+            plans[key] = mounts.plan_mounts(tenant=workload.tenant, owner=workload.owner, project=workload.project)
+        storage = _storage(workload, plans[key])
+        for row in rows:
+            spec = replica_spec(workload, row.index, placements[workload.pk], storage)
+            dispatch.send_on_commit(dispatch.START_REPLICA, queue=row.node.agent_queue, kwargs={"spec": spec})
+            sent += 1
+    return sent
 
 
 def _placements(workload_id: int) -> dict[int, _Placement]:
     """Return {replica: placement} from the workload's active allocations (GPU order kept)."""
-    placements: dict[int, _Placement] = {}
+    return _placements_of([workload_id]).get(workload_id, {})
+
+
+def _placements_of(workload_ids: list[int]) -> dict[int, dict[int, _Placement]]:
+    """Return {workload id: {replica: placement}} from the active allocations of `workload_ids` (one query)."""
+    placements: dict[int, dict[int, _Placement]] = {}
     allocations = (
-        Allocation.all_tenants.filter(workload_id=workload_id, released_at__isnull=True)
+        Allocation.all_tenants.filter(workload_id__in=workload_ids, released_at__isnull=True)
         .select_related("node", "gpu")
-        .order_by("replica", "gpu__index", "id")
+        .order_by("workload_id", "replica", "gpu__index", "id")
     )
     for allocation in allocations:
-        placement = placements.setdefault(allocation.replica, _Placement(allocation.node))
+        replicas = placements.setdefault(allocation.workload_id, {})
+        placement = replicas.setdefault(allocation.replica, _Placement(allocation.node))
         if allocation.gpu is not None:
             placement.gpu_uuids.append(allocation.gpu.uuid)
     return placements
 
 
-def _replica_rows(workload: Workload, placements: dict[int, _Placement]) -> list[Replica]:
-    existing = {row.index: row for row in Replica.all_tenants.filter(workload=workload, attempt=workload.attempt)}
+def _pending_replicas(
+    workloads: list[Workload], placements: dict[int, dict[int, _Placement]]
+) -> dict[int, list[Replica]]:
+    """Make the missing Replica rows of each workload's current attempt; return {workload id: rows still
+    launching, by index} (two queries for the whole batch)."""
+    attempts = {workload.pk: workload.attempt for workload in workloads}
     missing = [
         Replica(
             tenant_id=workload.tenant_id,
@@ -122,13 +182,19 @@ def _replica_rows(workload: Workload, placements: dict[int, _Placement]) -> list
             node=placement.node,
             name=container_name(workload.pk, index, workload.attempt),
         )
-        for index, placement in sorted(placements.items())
-        if index not in existing
+        for workload in workloads
+        for index, placement in sorted(placements[workload.pk].items())
     ]
+    # Rows an earlier try made already are kept as they are (unique per workload, attempt and index).
     Replica.all_tenants.bulk_create(missing, ignore_conflicts=True)
-    return list(
-        Replica.all_tenants.filter(workload=workload, attempt=workload.attempt).select_related("node").order_by("index")
+    pending: dict[int, list[Replica]] = {}
+    rows = Replica.all_tenants.filter(workload_id__in=list(attempts), state=ReplicaState.LAUNCHING).select_related(
+        "node"
     )
+    for row in rows.order_by("workload_id", "index"):
+        if row.attempt == attempts[row.workload_id]:
+            pending.setdefault(row.workload_id, []).append(row)
+    return pending
 
 
 @dataclass(frozen=True)
@@ -148,7 +214,13 @@ def workload_storage(workload: Workload) -> WorkloadStorage:
     is on the project's own volume and the same for every attempt, so a
     requeued job finds what the previous attempt saved.
     """
-    planned = mounts.plan_mounts(tenant=workload.tenant, owner=workload.owner, project=workload.project)
+    return _storage(
+        workload, mounts.plan_mounts(tenant=workload.tenant, owner=workload.owner, project=workload.project)
+    )
+
+
+def _storage(workload: Workload, planned: list[mounts.PlannedMount]) -> WorkloadStorage:
+    """Return `workload_storage` from the mounts planned for its owner and project (shared by a batch)."""
     home = planned[0].target
     env = {
         "HOME": home,

@@ -9,7 +9,7 @@ transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db import transaction
@@ -98,6 +98,60 @@ def transition_workload(
         )  # fmt: skip
     live.publish_workload_changes([workload_id], state_changed=[workload_id])
     return True
+
+
+@transaction.atomic
+def transition_workloads(
+    *,
+    workload_ids: Iterable[int],
+    from_states: Iterable[WorkloadState | str],
+    to_state: WorkloadState | str,
+    messages: Mapping[int, str],
+    **fields: Any,
+) -> list[int]:
+    """Batch form of `transition_workload` for one target state: return the ids that moved, in id order.
+
+    The same rule for many rows at once: one locking read (rows in none of
+    `from_states` are left alone), one update, one insert of their events
+    (`messages[id]` each), one live notice. For targets that notify
+    nobody (not `succeeded` or `failed`); raises ValueError for those and
+    for a source state that cannot reach `to_state`.
+    """
+    target = WorkloadState(to_state)
+    sources = [WorkloadState(state) for state in from_states]
+    illegal = [str(state) for state in sources if not can_transition(state, target)]
+    if illegal:
+        raise ValueError(f"workloads cannot go from {', '.join(illegal)} to {target}")
+    if target in (WorkloadState.SUCCEEDED, WorkloadState.FAILED):
+        raise ValueError("an ending workload notifies its owner: use transition_workload")
+    rows = list(
+        Workload.all_tenants.select_for_update()
+        .filter(pk__in=sorted(set(workload_ids)), state__in=sources)
+        .order_by("pk")
+        .values("pk", "tenant_id", "state")
+    )
+    if not rows:
+        return []
+    now = timezone.now()
+    moved = [row["pk"] for row in rows]
+    # The rows are locked in a source state, so the update moves exactly these.
+    Workload.all_tenants.filter(pk__in=moved).update(
+        state=target, reason_code="", reason_message="", updated_at=now, **fields
+    )
+    WorkloadEvent.all_tenants.bulk_create(
+        WorkloadEvent(
+            tenant_id=row["tenant_id"],
+            workload_id=row["pk"],
+            kind="workload.state_changed",
+            from_state=row["state"],
+            to_state=target,
+            message=messages.get(row["pk"], ""),
+            created_at=now,
+        )
+        for row in rows
+    )
+    live.publish_workload_changes(moved, state_changed=moved)
+    return moved
 
 
 def release_allocations(*, workload_id: int) -> int:

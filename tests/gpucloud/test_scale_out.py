@@ -415,6 +415,13 @@ for i in range({LINES}):
 """
 
 
+def test_two_workers_on_one_host_have_names_of_their_own(deployment: Deployment) -> None:
+    """Celery tells workers apart by name (remote control, recovery of what a stopped worker held, its logs):
+    `gpucloud worker` gives each its own, where Celery's default would call both celery@host."""
+    names = {match.group(1) for w in deployment.workers if (match := re.search(r"(\S+@\S+) ready\.", w.output()))}
+    assert len(names) == 2, names
+
+
 def test_submissions_through_both_web_processes_run_once_each_without_sharing_a_gpu(
     world: World, node: Node, secret: str, deployment: Deployment
 ) -> None:
