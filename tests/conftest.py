@@ -14,6 +14,12 @@ run the image `test_image` names, built from busybox-static by
 `registry` (Debian's docker-registry, serving a private registry on
 127.0.0.1: tests/jobs/registry.py) is likewise required wherever `docker` is:
 the tests of image pulls push to it and pull from it.
+
+`multihost` (two Docker engines in network namespaces of this machine, in
+one swarm: .ci/multihost-engines; needs root, iproute2, dockerd and
+debootstrap) is opt-in: its tests take minutes, so they run only where
+GPUCLOUD_REQUIRE_SERVICES names it (CI's Postgres and Redis pass), fail
+there when the hosts cannot be built, and skip everywhere else, saying so.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from tests.jobs.registry import registry_missing
 
 PASSWORD = "correct-horse-battery-staple"
 REQUIRED = {s.strip() for s in os.environ.get("GPUCLOUD_REQUIRE_SERVICES", "").split(",") if s.strip()}
-SERVICES = ("postgres", "redis", "browser", "docker", "traces", "sshfs", "registry", "tmux")
+SERVICES = ("postgres", "redis", "browser", "docker", "traces", "sshfs", "registry", "tmux", "multihost")
 # Services required wherever another is required: their tests need both, and CI installs both.
 REQUIRED_WITH = {"registry": "docker"}
 SSHFS_TOOLS = ("sshfs", "sshd", "ssh-keygen", "fusermount3")
@@ -93,7 +99,21 @@ def _missing(service: str) -> str | None:
         return registry_missing()
     if service == "tmux" and shutil.which("tmux") is None:
         return "no tmux (Debian: tmux)"
+    if service == "multihost":
+        return multihost_missing()
     return None
+
+
+def multihost_missing() -> str | None:
+    """Return why the multi-host engines are not built here (not opted into, or cannot be), or None when they are."""
+    if "multihost" not in REQUIRED:
+        return "opt-in (it takes minutes): GPUCLOUD_REQUIRE_SERVICES=multihost runs it, as CI's Postgres pass does"
+    if os.geteuid() != 0:
+        return "network namespaces and extra Docker engines need root"
+    absent = [tool for tool in ("ip", "dockerd", "docker", "debootstrap") if shutil.which(tool) is None]
+    if absent:
+        return f"missing {', '.join(absent)} (Debian: iproute2 docker.io debootstrap)"
+    return docker_missing()
 
 
 def sshfs_missing() -> str | None:
@@ -119,6 +139,7 @@ def as_root() -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sshfs: serves a real shared filesystem over sshd and mounts it with sshfs")
     config.addinivalue_line("markers", "registry: serves a private image registry on 127.0.0.1 (docker-registry)")
+    config.addinivalue_line("markers", "multihost: builds two Docker engines in one swarm (.ci/multihost-engines)")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -70,8 +70,10 @@ class GangNetworks:
     def ensure(self, spec: WorkloadSpec, budget: Budget) -> str:
         """Return the name of the gang network of `spec`, made here when this engine is a manager and it is missing.
 
-        Raises PermanentDriverError `no_swarm` when the engine is in no
-        swarm: the replica could never reach the rest of its gang.
+        A manager also prunes idle gang networks (best effort). Raises
+        PermanentDriverError `no_swarm` when the engine is in no swarm (the
+        replica could never reach the rest of its gang), `name_conflict`
+        when a network of that name exists but is not this gang's.
         """
         network = policy.gang_network_name(spec.workload_id, spec.attempt)
         role = self.role(budget)
@@ -82,26 +84,38 @@ class GangNetworks:
                 code="no_swarm",
             )
         if role == "manager":
+            with suppress(docker.errors.APIError):
+                self.prune_idle(budget)
             self._create(network, spec, budget)
         return network
+
+    def check_owner(self, network: str, spec: WorkloadSpec, budget: Budget) -> None:
+        """Raise PermanentDriverError `name_conflict` unless gang network `network` is labelled as the gang of `spec`.
+
+        A worker sees a swarm network only once a container is attached to
+        it, so this runs after the start too. A network that is gone is left
+        alone: nothing can be on it.
+        """
+        try:
+            labels = self._api(budget).inspect_network(network).get("Labels") or {}
+        except docker.errors.NotFound:
+            return
+        if not policy.identity_matches(labels, _labels(spec)):
+            raise PermanentDriverError(
+                f"a network named {network} exists but is not the gang network of {spec.name}", code="name_conflict"
+            )
 
     def _create(self, network: str, spec: WorkloadSpec, budget: Budget) -> None:
         api = self._api(budget)
         if networks_named(api, network):
+            self.check_owner(network, spec, budget)
             return
-        labels = {
-            policy.LABEL_MANAGED: policy.MANAGED,
-            policy.LABEL_PURPOSE: policy.GANG_PURPOSE,
-            policy.LABEL_TENANT: spec.tenant,
-            policy.LABEL_WORKLOAD: spec.workload_id,
-            policy.LABEL_ATTEMPT: str(spec.attempt),
-        }
         try:
             api.create_network(
                 network,
                 driver="overlay",
                 attachable=True,
-                labels=labels,
+                labels=_labels(spec),
                 options={"encrypted": "true"} if self.encrypted else None,
                 check_duplicate=True,
             )
@@ -109,6 +123,7 @@ class GangNetworks:
             # Another manager (a replica of the same gang) made it first.
             if error.status_code != 409 and "already exists" not in str(error.explanation or error):
                 raise
+            self.check_owner(network, spec, budget)
 
     def release(self, network: str, budget: Budget) -> None:
         """Remove gang network `network` if no container uses it any more, then prune idle ones; a worker does nothing.
@@ -126,12 +141,16 @@ class GangNetworks:
             self.prune_idle(budget)
 
     def prune_idle(self, budget: Budget, *, now: float | None = None) -> int:
-        """Remove gang networks older than IDLE_GRACE_SECONDS that no container uses; return how many went."""
+        """Remove this product's gang networks older than IDLE_GRACE_SECONDS that no container uses; return how many.
+
+        Only overlays labelled both managed and gang: an operator's own
+        swarm networks are never touched, whatever else they are labelled.
+        """
         api = self._api(budget)
-        label = f"{policy.LABEL_PURPOSE}={policy.GANG_PURPOSE}"
+        labels = [f"{policy.LABEL_MANAGED}={policy.MANAGED}", f"{policy.LABEL_PURPOSE}={policy.GANG_PURPOSE}"]
         cutoff = ((time.time() if now is None else now) - IDLE_GRACE_SECONDS) * 1e9
         removed = 0
-        for listed in api.networks(filters={"label": label, "driver": "overlay"}):
+        for listed in api.networks(filters={"label": labels, "driver": "overlay"}):
             try:
                 if parse_ns(str(listed.get("Created"))) > cutoff:
                     continue
@@ -140,3 +159,14 @@ class GangNetworks:
                 continue  # in use on some host, or already gone
             removed += 1
         return removed
+
+
+def _labels(spec: WorkloadSpec) -> dict[str, str]:
+    """Return the labels of the gang network of `spec`: managed, purpose gang, its tenant, workload and attempt."""
+    return {
+        policy.LABEL_MANAGED: policy.MANAGED,
+        policy.LABEL_PURPOSE: policy.GANG_PURPOSE,
+        policy.LABEL_TENANT: spec.tenant,
+        policy.LABEL_WORKLOAD: spec.workload_id,
+        policy.LABEL_ATTEMPT: str(spec.attempt),
+    }

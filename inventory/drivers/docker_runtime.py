@@ -89,7 +89,8 @@ class DockerRuntime:
     one-shot stats for memory and CPU time (an extra call that Docker 20.10
     can hold for up to a second, so off by default); `encrypt_gang_networks`
     makes the overlays of gangs across hosts with IPsec (`docker_gangs`,
-    off by default: docs/gangs.md); `client_factory` builds
+    off by default: docs/gangs.md); `gang_network_wait` is how long a
+    replica on a swarm worker waits for its gang's network; `client_factory` builds
     the per-thread SDK client (tests use it to inject failures).
     """
 
@@ -105,6 +106,7 @@ class DockerRuntime:
         poll_stats: bool = False,
         log_max_size: str = "50m",
         encrypt_gang_networks: bool = False,
+        gang_network_wait: float = GANG_NETWORK_WAIT,
         client_factory: Callable[[], docker.DockerClient] | None = None,
     ) -> None:
         self.base_url = base_url or DEFAULT_DOCKER_URL
@@ -117,6 +119,7 @@ class DockerRuntime:
         self._local = threading.local()
         self._networks = TenantNetworks(self._api)
         self._gangs = GangNetworks(self._api, encrypted=encrypt_gang_networks)
+        self.gang_network_wait = gang_network_wait
         self._containers = Containers(self, self._api, self._networks)
         self._logs = ContainerLogs(self._api, self._containers)
 
@@ -156,7 +159,8 @@ class DockerRuntime:
         joins its gang's overlay instead of the tenant's bridge: on an engine
         in no swarm that is PermanentDriverError `no_swarm`, and
         `gang_network_missing` when no replica of the gang on a manager made
-        the network within GANG_NETWORK_WAIT seconds.
+        the network within `gang_network_wait` seconds (or the budget, if
+        shorter), `name_conflict` when a network of its name is another's.
         """
         policy.check_environment(spec.env)
         policy.check_service_port(spec.service_port, spec.service_port_env)
@@ -186,20 +190,30 @@ class DockerRuntime:
     def _start_in_gang(self, spec: WorkloadSpec, budget: Budget, on_pull: PullListener | None) -> dict[str, Any]:
         """Start the replica on its gang's overlay; on a worker, wait until a manager's replica has made it."""
         network = self._gangs.ensure(spec, budget)
-        deadline = time.monotonic() + min(GANG_NETWORK_WAIT, budget.left())
+        wait = min(self.gang_network_wait, budget.left())
+        deadline = time.monotonic() + wait
         while True:
             try:
-                return self._containers.create_and_start(spec, network, budget, on_pull)
+                found = self._containers.create_and_start(spec, network, budget, on_pull)
+                break
             except docker.errors.APIError as error:
                 if not attach_refused(error, network):
                     raise
                 if time.monotonic() >= deadline:
                     raise PermanentDriverError(
                         f"{spec.name} could not join its gang's network {network}: no replica of the gang on a"
-                        f" swarm manager made it within {GANG_NETWORK_WAIT:g} s (docs/gangs.md)",
+                        f" swarm manager made it within {wait:g} s (docs/gangs.md)",
                         code="gang_network_missing",
                     ) from error
-            time.sleep(0.5)
+            time.sleep(max(min(0.5, deadline - time.monotonic()), 0.0))
+        try:
+            # A worker first sees the network when its container joins it: only now can it tell whose it is.
+            self._gangs.check_owner(network, spec, budget)
+        except PermanentDriverError:
+            with suppress(docker.errors.APIError):
+                self._api(budget).remove_container(str(found["Id"]), force=True)
+            raise
+        return found
 
     def _release_gang_network(self, attrs: dict[str, Any], budget: Budget) -> None:
         """Let the gang overlay of a stopped or removed container go, if it was on one (best effort)."""

@@ -1,0 +1,68 @@
+"""Gang networks where a real engine cannot produce the condition: failures injected at the Docker API boundary.
+
+The rest runs on real engines (tests/inventory/test_gang_multihost.py).
+Here: two managers racing to make one gang's network, where the loser is
+told it already exists, and the network it then finds is checked as if it
+had found it first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import docker.errors
+import pytest
+
+from inventory.drivers import policy
+from inventory.drivers.base import PermanentDriverError, WorkloadSpec
+from inventory.drivers.docker_engine import Budget
+from inventory.drivers.docker_gangs import GangNetworks
+
+SPEC = WorkloadSpec(
+    name="gpucloud-w7-r0-a0", workload_id="7", tenant="acme", attempt=0, image="x", gang_across_hosts=True
+)
+
+
+class LosingManager:
+    """A manager's API whose network list is empty, whose create is refused as a duplicate, and whose inspect
+    shows the network the winner made with `labels`."""
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.labels = labels
+        self.created: list[str] = []
+
+    def info(self) -> dict[str, Any]:
+        return {"Swarm": {"LocalNodeState": "active", "ControlAvailable": True}}
+
+    def networks(self, **_: Any) -> list[dict[str, Any]]:
+        return []
+
+    def create_network(self, name: str, **_: Any) -> None:
+        self.created.append(name)
+        raise docker.errors.APIError("409", explanation=f"network with name {name} already exists")
+
+    def inspect_network(self, name: str) -> dict[str, Any]:
+        return {"Name": name, "Labels": self.labels}
+
+
+def _gang_labels(tenant: str) -> dict[str, str]:
+    return {
+        policy.LABEL_MANAGED: policy.MANAGED,
+        policy.LABEL_PURPOSE: policy.GANG_PURPOSE,
+        policy.LABEL_TENANT: tenant,
+        policy.LABEL_WORKLOAD: "7",
+        policy.LABEL_ATTEMPT: "0",
+    }
+
+
+def test_a_manager_that_loses_the_race_to_make_its_gangs_network_shares_the_winners() -> None:
+    api = LosingManager(_gang_labels("acme"))
+    assert GangNetworks(lambda _: api).ensure(SPEC, Budget(5)) == "gpucloud-gang-w7-a0"  # type: ignore[arg-type,return-value]  # a fake API
+    assert api.created == ["gpucloud-gang-w7-a0"]
+
+
+def test_a_manager_that_loses_the_race_to_another_tenants_network_of_that_name_refuses_it() -> None:
+    api = LosingManager(_gang_labels("someone-else"))
+    with pytest.raises(PermanentDriverError) as refused:
+        GangNetworks(lambda _: api).ensure(SPEC, Budget(5))  # type: ignore[arg-type,return-value]  # a fake API
+    assert refused.value.code == "name_conflict"
