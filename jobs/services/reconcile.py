@@ -86,6 +86,9 @@ LOG_RESEND_AFTER = timedelta(seconds=5)
 LOG_RESEND_WINDOW = OUTPUT_WAIT_WINDOW
 # One request to read a replica's output again per this many seconds, however often the gap is seen.
 LOG_RESEND_SECONDS = 15
+# A node is asked for its inventory again only once its last answer came, or after this long without one.
+INVENTORY_ANSWER_WAIT_SECONDS = 300
+_ASKED = "gpucloud:inventory-asked:{node}"
 
 
 def reconcile_ledger(*, now: datetime | None = None) -> dict[str, int]:
@@ -154,11 +157,37 @@ def request_node_inventories() -> int:
     for node_id, name, state in rows.values_list("node_id", "name", "state"):
         key = "confirmed" if state == ReplicaState.RUNNING else "launched"
         named[key].setdefault(node_id, []).append(name)
+    asked = 0
     for node in nodes:
+        if not _ask(node):
+            continue
+        asked += 1
         kwargs: dict[str, Any] = {"node": node.name, "runtime": node.runtime}
         kwargs |= {key: sorted(names.get(node.pk, [])) for key, names in named.items()}
         dispatch.send(dispatch.LIST_REPLICAS, queue=node.agent_queue, kwargs=kwargs)
-    return len(nodes)
+    return asked
+
+
+def _ask(node: Node) -> bool:
+    """Claim the node's one outstanding inventory question; False while an earlier one waits for its answer.
+
+    A controller that fell behind would otherwise queue a question for every
+    node every period, each answer costing it more of the time it lacks; an
+    answer lost on the way is asked again once the claim expires. Without a
+    cache, every period asks.
+    """
+    try:
+        return bool(cache.add(_ASKED.format(node=node.pk), 1, INVENTORY_ANSWER_WAIT_SECONDS))
+    except Exception:
+        log.warning("inventory question marker unavailable; asking %s anyway", node.name, exc_info=True)
+        return True
+
+
+def _answered(node: Node) -> None:
+    try:
+        cache.delete(_ASKED.format(node=node.pk))
+    except Exception:
+        log.warning("could not clear the inventory question marker of %s", node.name, exc_info=True)
 
 
 def reconcile_node(
@@ -183,6 +212,7 @@ def reconcile_node(
     counts = {"orphans": 0, "vanished": 0, "watched": 0, "restarted": 0}
     if row is None:
         return counts
+    _answered(row)
     ledger = {
         replica.name: replica
         for replica in Replica.all_tenants.filter(node=row)

@@ -219,6 +219,25 @@ def test_a_simulated_replica_another_process_runs_is_watched_again_never_vanishe
     assert Workload.all_tenants.get(pk=job.pk).state == WorkloadState.RUNNING
 
 
+def test_a_node_has_one_inventory_question_outstanding_at_most(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A controller that fell behind does not pile a question per node per period onto its own queue: a node
+    is asked again once it answered (or once the question's wait is over, when its answer was lost)."""
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(dispatch, "send", lambda task, *, queue, kwargs: _record(sent, kwargs))
+    _ready(world)
+    assert reconcile.request_node_inventories() == 1
+    assert reconcile.request_node_inventories() == 0, "its answer has not come yet"
+    reconcile.reconcile_node(node="n1", managed=[], starting=[], gone=[], unstarted=[])
+    assert reconcile.request_node_inventories() == 1
+    monkeypatch.setattr(reconcile, "INVENTORY_ANSWER_WAIT_SECONDS", 1)
+    reconcile.reconcile_node(node="n1", managed=[], starting=[], gone=[], unstarted=[])
+    assert reconcile.request_node_inventories() == 1
+    assert reconcile.request_node_inventories() == 0
+    time.sleep(2.1)  # the answer was lost: asked again once the wait is over
+    assert reconcile.request_node_inventories() == 1
+    assert len(sent) == 4
+
+
 def _record(into: list[dict[str, Any]], kwargs: dict[str, Any]) -> bool:
     """Stand in for `dispatch.send`: keep the message's arguments, report it sent."""
     into.append(kwargs)
