@@ -63,6 +63,7 @@ REPORT_RETRY: dict[str, Any] = {
 
 # When this process began watching: a silence or a wait it did not see from its start is not its to judge.
 _WATCHING_SINCE = time.monotonic()
+_STARTED_AT = time.time()
 
 # The header every task message carries with the epoch seconds it was published at (`stamp_sent_at`).
 SENT_AT_HEADER = "gpucloud_sent_at"
@@ -79,6 +80,11 @@ def watching_for(seconds: float) -> bool:
     minutes the controller itself was down.
     """
     return time.monotonic() - _WATCHING_SINCE >= seconds
+
+
+def watching_since() -> datetime:
+    """Return when this process began watching (wall clock): what started before it, it did not see."""
+    return datetime.fromtimestamp(_STARTED_AT, tz=UTC)
 
 
 def stamp_sent_at(headers: dict[str, Any] | None = None, **_: Any) -> None:

@@ -28,10 +28,12 @@ manages. Each agent answers with `jobs.node_replicas`, and
 A simulated node has no agent: its work runs in whichever controller
 process takes the message, and each process knows only the simulated
 workloads it started. Its answer cannot say a replica is gone (another
-process may run it); a simulated workload lives in its handle and the
-clock, so a running replica that the answering process does not list is
-watched again from the ledger's handle instead, and whichever process takes
-that follows it to its end and reports it.
+process may run it), nor that one it does not list lacks a watcher. A
+simulated workload lives in its handle and the clock, so a running replica
+whose watcher must be gone (it started before this controller process, or
+its run should have ended a while ago and no exit came) is watched again
+from the ledger's handle, and whichever process takes that follows it to
+its end; one that another process still watches is left to it.
 
 A replica whose stored output stops short of what its agent shipped lost a
 log batch on the way (Redis's transport can lose the message a worker was
@@ -56,7 +58,10 @@ from typing import Any
 from django.core.cache import cache
 from django.utils import timezone
 
+from common import control
 from inventory.choices import NodeState, RuntimeKind
+from inventory.drivers.base import PermanentDriverError
+from inventory.drivers.simulated_workloads import SimulatedWorkload
 from inventory.models import Node, NodeEvent
 from inventory.services.mounts import checkpoint_host_dirs
 from jobs import dispatch
@@ -89,6 +94,8 @@ LOG_RESEND_SECONDS = 15
 # A node is asked for its inventory again only once its last answer came, or after this long without one.
 INVENTORY_ANSWER_WAIT_SECONDS = 300
 _ASKED = "gpucloud:inventory-asked:{node}"
+# A simulated replica's watcher reports its exit within this long after the run's end, or it is gone.
+SIMULATED_EXIT_GRACE_SECONDS = 60.0
 
 
 def reconcile_ledger(*, now: datetime | None = None) -> dict[str, int]:
@@ -219,18 +226,20 @@ def reconcile_node(
         .exclude(state=ReplicaState.LOST)
         .select_related("workload__pool", "node")
     }
+    simulated = row.runtime == RuntimeKind.SIMULATED
     for item in managed:
         replica = ledger.get(str(item.get("name")))
         if replica is None or not _wanted(replica):
             counts["orphans"] += _stop_orphan(row, item, replica)
-        elif replica.state == ReplicaState.RUNNING:
+        elif replica.state == ReplicaState.RUNNING and not simulated:
             _watch(row, replica, item)
             counts["watched"] += 1
     present = {str(item.get("name")) for item in managed} | set(starting or [])
-    if row.runtime == RuntimeKind.SIMULATED:
+    if simulated:
         gone = []
+        moment = control.evidence_time()
         for name, replica in ledger.items():
-            if name not in present and replica.state == ReplicaState.RUNNING and replica.handle:
+            if name not in present and replica.state == ReplicaState.RUNNING and _unwatched(replica, moment):
                 _watch(row, replica, {})
                 counts["watched"] += 1
     for name in sorted(set(gone or []) - present):
@@ -258,6 +267,21 @@ def reconcile_node(
     ]
     counts["restarted"] = launch_workloads(workload_ids=unsent, resend=True) if unsent else 0
     return counts
+
+
+def _unwatched(replica: Replica, moment: datetime) -> bool:
+    """Whether a running simulated replica's watcher is gone: it started before this controller process (a
+    restart), or its run should have ended by `moment` and its exit was never reported (its process died).
+
+    A simulated replica that another live process watches is left to it: watching it twice would report
+    its output and exit twice.
+    """
+    try:
+        ends_at = SimulatedWorkload.from_handle(replica.handle).ends_at
+    except PermanentDriverError:
+        return False
+    restarted = replica.started_at is not None and replica.started_at < control.watching_since()
+    return restarted or ends_at + SIMULATED_EXIT_GRACE_SECONDS < moment.timestamp()
 
 
 def _wanted(replica: Replica) -> bool:

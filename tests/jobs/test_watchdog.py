@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from common import control
 from inventory.choices import NodeState, RuntimeKind
+from inventory.drivers.simulated_workloads import SimulatedWorkload
 from inventory.models import Node, NodeEvent
 from jobs import dispatch, services
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
@@ -202,20 +203,35 @@ def test_a_replica_missing_from_a_late_list_is_not_declared_vanished(world: Worl
     assert job.state == WorkloadState.RUNNING
 
 
-def test_a_simulated_replica_another_process_runs_is_watched_again_never_vanished(
+def test_a_simulated_replica_another_process_runs_is_never_vanished_nor_watched_twice(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A simulated node's work runs in whichever controller process takes it, and each knows only what it
-    started: one that does not list a running replica (or calls it gone) says nothing of it. The replica is
-    watched again from the ledger's handle, so some process follows it to its end."""
+    started: one that does not list a running replica (or calls it gone) says nothing of it. It is watched
+    again from the ledger's handle only when its watcher must be gone: its run should have ended a while
+    ago with no exit, or it started before this controller process did."""
     watched: list[dict[str, Any]] = []
     monkeypatch.setattr(dispatch, "send", lambda task, *, queue, kwargs: _record(watched, kwargs))
     _ready(world)
     job = _running(world)
     row = Replica.all_tenants.get(workload=job)
+
+    def run(started: float, duration: float) -> None:
+        workload = SimulatedWorkload(
+            row.name, str(job.pk), "tenant-a", 1, 0, started_at=started, duration=duration,
+            exit_code=0, utilization=0.5, log_interval=1.0,
+        )  # fmt: skip
+        Replica.all_tenants.filter(pk=row.pk).update(handle=workload.handle("n1"))
+
+    run(time.time(), 300)  # another process runs and watches it
     counts = reconcile.reconcile_node(node="n1", managed=[], starting=[], gone=[row.name])
-    assert (counts["vanished"], counts["watched"]) == (0, 1)
-    assert watched[-1]["name"] == row.name and watched[-1]["handle"] == row.handle
+    assert (counts["vanished"], counts["watched"]) == (0, 0) and not watched
+    run(time.time() - 400, 300)  # it should have ended 100 s ago, and no exit came: its process died
+    assert reconcile.reconcile_node(node="n1", managed=[], starting=[], gone=[])["watched"] == 1
+    assert watched[-1]["name"] == row.name and watched[-1]["handle"]["duration"] == 300
+    run(time.time(), 300)
+    monkeypatch.setattr(control, "_STARTED_AT", time.time() + 1)  # this controller started after it
+    assert reconcile.reconcile_node(node="n1", managed=[], starting=[], gone=[])["watched"] == 1
     assert Workload.all_tenants.get(pk=job.pk).state == WorkloadState.RUNNING
 
 
@@ -348,6 +364,7 @@ def test_the_inventory_question_names_what_was_launched_and_what_started(
 def test_reconcile_rewatches_replicas_that_run_on_both_sides(world: World) -> None:
     _ready(world)
     job = _running(world)
+    _with_agent("n1")
     row = Replica.all_tenants.get(workload=job)
     managed = [{"name": row.name, "workload_id": str(job.pk), "attempt": 1, "replica": 0, "state": "running"}]
     assert reconcile.reconcile_node(node="n1", managed=managed) == {
