@@ -28,6 +28,7 @@ STOP_REPLICA = "agent.stop_replica"
 WATCH_REPLICA = "agent.watch_replica"
 LIST_REPLICAS = "agent.list_replicas"
 LAUNCH_WORKLOADS = "jobs.launch_workloads"
+CONFIRM_START_TIMEOUTS = "jobs.confirm_start_timeouts"
 LAUNCH_BATCH = 200
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 from celery import Task, shared_task
@@ -151,7 +152,13 @@ def reconcile_workloads() -> dict[str, int]:
 @shared_task(name="jobs.enforce_time_limits", base=CoalescingTask, ignore_result=True)
 def enforce_time_limits() -> dict[str, int]:
     """Periodic: stop workloads past their maximum runtime, fail launches past the start timeout."""
-    return watchdog.enforce_time_limits(now=control.evidence_time())
+    return watchdog.enforce_time_limits(now=control.evidence_time(), confirm_later=True)
+
+
+@shared_task(name="jobs.confirm_start_timeouts", ignore_result=True, **REPORT_RETRY)
+def confirm_start_timeouts(workload_ids: list[int], cutoff: str) -> int:
+    """The second pass of a start timeout: fail those still overdue once every report ahead has been applied."""
+    return watchdog.fail_start_timeouts(workload_ids, cutoff=datetime.fromisoformat(cutoff))
 
 
 @shared_task(name="jobs.check_idle_notebooks", base=CoalescingTask, ignore_result=True)

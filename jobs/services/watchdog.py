@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from common import control
 from inventory.choices import NodeState
+from jobs import dispatch
 from jobs.choices import ACTIVE_STATES, ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload
 from jobs.services.stopping import (
@@ -26,13 +27,19 @@ from jobs.services.stopping import (
 )
 
 
-def enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
+def enforce_time_limits(*, now: datetime | None = None, confirm_later: bool = False) -> dict[str, int]:
     """Fail running workloads past their maximum runtime and launches stuck past the start timeout; return counts.
 
     Start timeouts are judged only by a process that has run for a whole
     timeout (`common.control.watching_for`). The controller passes the
     moment its evidence is complete as `now` (`common.control.evidence_time`),
     so a start report still waiting in its queue is never overtaken.
+
+    With `confirm_later` (the controller's periodic run) the overdue launches
+    are not failed here but sent through the control queue once more
+    (`jobs.confirm_start_timeouts`): a simulated node's start is itself a
+    message on that queue, taken before this run but reporting after it, so
+    its report is behind this run and ahead of the confirmation.
     """
     moment = now or timezone.now()
     over = 0
@@ -50,22 +57,35 @@ def enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
     if not control.watching_for(settings.WORKLOAD_START_TIMEOUT_SECONDS):
         # Just started: launches the broker lost are being sent again (reconcile); they get their full time.
         return {"max_runtime": over, "start_timeout": 0}
-    timed_out = sum(
+    cutoff = moment - timedelta(seconds=settings.WORKLOAD_START_TIMEOUT_SECONDS)
+    stuck = stuck_launches(cutoff)
+    if confirm_later:
+        if stuck:
+            kwargs = {"workload_ids": stuck, "cutoff": cutoff.isoformat()}
+            dispatch.send(dispatch.CONFIRM_START_TIMEOUTS, queue=control.CONTROL_QUEUE, kwargs=kwargs)
+        return {"max_runtime": over, "start_timeout": 0, "start_timeout_to_confirm": len(stuck)}
+    return {"max_runtime": over, "start_timeout": fail_start_timeouts(stuck, cutoff=cutoff)}
+
+
+def fail_start_timeouts(workload_ids: list[int], *, cutoff: datetime) -> int:
+    """Fail those of `workload_ids` whose start is still overdue at `cutoff` (a report since may have started
+    them); return how many were failed."""
+    message = f"Failed: it did not start within {_duration(settings.WORKLOAD_START_TIMEOUT_SECONDS)}."
+    return sum(
         stop_workload(
             workload_id=pk,
             from_states=(WorkloadState.SCHEDULED, WorkloadState.STARTING),
             to_state=WorkloadState.FAILED,
             reason_code=ReasonCode.START_TIMEOUT,
-            message=f"Failed: it did not start within {_duration(settings.WORKLOAD_START_TIMEOUT_SECONDS)}.",
+            message=message,
         )
-        for pk in stuck_launches(moment - timedelta(seconds=settings.WORKLOAD_START_TIMEOUT_SECONDS))
+        for pk in stuck_launches(cutoff, among=workload_ids)
     )
-    return {"max_runtime": over, "start_timeout": timed_out}
 
 
-def stuck_launches(cutoff: datetime) -> list[int]:
+def stuck_launches(cutoff: datetime, *, among: list[int] | None = None) -> list[int]:
     """Return the workloads whose start is overdue at `cutoff`: placed but never launched before it, or whose
-    nodes were sent their start before it and never reported it.
+    nodes were sent their start before it and never reported it (only those of `among`, when given).
 
     A workload's start time counts from when its nodes were asked (its
     current attempt's replica rows are made then), not from its placement:
@@ -76,6 +96,8 @@ def stuck_launches(cutoff: datetime) -> list[int]:
     asked = Replica.all_tenants.filter(
         workload__state=WorkloadState.STARTING, attempt=F("workload__attempt"), index=0, created_at__lt=cutoff
     )
+    if among is not None:
+        placed, asked = placed.filter(pk__in=among), asked.filter(workload_id__in=among)
     return sorted({*placed.values_list("pk", flat=True), *asked.values_list("workload_id", flat=True)})
 
 

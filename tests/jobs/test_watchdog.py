@@ -8,7 +8,7 @@ play the agents' reports themselves.
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -159,6 +159,39 @@ def test_the_start_timeout_counts_from_the_launch_not_the_placement(
     assert watchdog.enforce_time_limits(now=timezone.now() + timedelta(seconds=61))["start_timeout"] == 1
     job.refresh_from_db()
     assert (job.state, job.reason_code) == (WorkloadState.FAILED, ReasonCode.START_TIMEOUT)
+
+
+def test_the_controller_confirms_a_start_timeout_after_the_reports_ahead_of_it(
+    world: World, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A simulated node's start is itself a message on the controller's queue: taken before the periodic
+    check, it reports after it. The check therefore only names the overdue launches, in a message behind
+    those reports; the confirmation fails only those still not started."""
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(dispatch, "send", lambda task, *, queue, kwargs: _record(sent, kwargs))
+    monkeypatch.setattr(control, "_WATCHING_SINCE", time.monotonic() - 3600)
+    settings.WORKLOAD_START_TIMEOUT_SECONDS = 60
+    _ready(world)
+    actor = Actor(user=world.member_a)
+    late, lost = (
+        services.submit_workload(actor=actor, project=world.project_a, data=request(world, name=name))
+        for name in ("late", "lost")
+    )
+    run_pass()
+    for job in (late, lost):
+        launch_workload(workload=Workload.all_tenants.get(pk=job.pk))
+    later = timezone.now() + timedelta(seconds=61)
+    counts = watchdog.enforce_time_limits(now=later, confirm_later=True)
+    assert (counts["start_timeout"], counts["start_timeout_to_confirm"]) == (0, 2)
+    assert sent[-1]["workload_ids"] == [late.pk, lost.pk]
+    # The late one's start report was in the queue ahead of the confirmation.
+    replicas.record_replica_started(workload_id=late.pk, attempt=1, replica=0, handle={"name": "late"})
+    assert (
+        watchdog.fail_start_timeouts(sent[-1]["workload_ids"], cutoff=datetime.fromisoformat(sent[-1]["cutoff"])) == 1
+    )
+    assert Workload.all_tenants.get(pk=late.pk).state == WorkloadState.RUNNING
+    failed = Workload.all_tenants.get(pk=lost.pk)
+    assert (failed.state, failed.reason_code) == (WorkloadState.FAILED, ReasonCode.START_TIMEOUT)
 
 
 def test_reconcile_releases_allocations_left_behind(world: World) -> None:
