@@ -193,7 +193,16 @@ LIVE_LOG_TAIL_MAX = env_int("LIVE_LOG_TAIL_MAX", 5000, minimum=1, maximum=100000
 LIVE_RECHECK_SECONDS = env_int("LIVE_RECHECK_SECONDS", 60, minimum=5, maximum=3600)
 
 CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
-CELERY_BROKER_TRANSPORT_OPTIONS = {} if REDIS_URL else {"polling_interval": 0.01}
+# Every broker socket has a read timeout: without one, a worker closing its channel waits for the reply
+# to its outstanding BRPOP, and a connection whose peer went silent (no FIN or RST: a dropped flow, a
+# suspended host) never answers, so the worker hangs for good instead of reconnecting (Celery GH-9705;
+# seen here as a test worker stuck 30 minutes in its shutdown). Redis answers a BRPOP within its 1 s
+# timeout, so 30 s is never a healthy wait.
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = (
+    {"socket_timeout": 30, "socket_connect_timeout": 10, "socket_keepalive": True}
+    if REDIS_URL
+    else {"polling_interval": 0.01}
+)
 # No task's result is ever read (reports, passes and launches act on the ledger), so none is stored:
 # with a result backend, every send also subscribed to its result, and after a Redis restart that
 # subscription blocked the sender (beat, a submission) for the backend's 120 s socket timeout.

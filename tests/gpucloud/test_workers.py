@@ -77,3 +77,19 @@ def test_login_lockout_state_is_shared_through_redis(db: None, settings: Any) ->
     assert redis.Redis.from_url(settings.REDIS_URL).keys(f"{prefix}:*axes-*"), "failures must be counted in Redis"
     response = Client().post("/login/", {"username": "redis-probe", "password": "wrong"})
     assert "Too many failed attempts" in response.content.decode()
+
+
+@pytest.mark.redis
+def test_every_broker_socket_has_a_read_timeout() -> None:
+    """A worker closing its channel reads the reply to its outstanding BRPOP; on a connection whose peer went
+    silent that read must end (and the worker reconnect) instead of blocking for good (Celery GH-9705)."""
+    with app.connection_for_write() as connection:
+        channel: Any = connection.default_channel
+        pool = channel.client.connection_pool
+        assert pool.connection_kwargs["socket_timeout"] == 30
+        live = pool.get_connection("PING")
+        try:
+            live.connect()
+            assert live._sock is not None and live._sock.gettimeout() == 30
+        finally:
+            pool.release(live)
