@@ -45,6 +45,19 @@ def next_attempt_fields() -> dict[str, Any]:
     }
 
 
+def _legal(
+    from_states: Iterable[WorkloadState | str], to_state: WorkloadState | str
+) -> tuple[WorkloadState, list[WorkloadState]]:
+    """Return the target and source states; raise ValueError when a source cannot reach the target (a bug in
+    the caller, not a race)."""
+    target = WorkloadState(to_state)
+    sources = [WorkloadState(state) for state in from_states]
+    illegal = [str(state) for state in sources if not can_transition(state, target)]
+    if illegal:
+        raise ValueError(f"workloads cannot go from {', '.join(illegal)} to {target}")
+    return target, sources
+
+
 @transaction.atomic
 def transition_workload(
     *,
@@ -63,11 +76,7 @@ def transition_workload(
     Raises ValueError when a listed source state cannot reach `to_state`:
     that is a bug in the caller, not a race.
     """
-    target = WorkloadState(to_state)
-    sources = [WorkloadState(state) for state in from_states]
-    illegal = [str(state) for state in sources if not can_transition(state, target)]
-    if illegal:
-        raise ValueError(f"workloads cannot go from {', '.join(illegal)} to {target}")
+    target, sources = _legal(from_states, to_state)
     row = (
         Workload.all_tenants.select_for_update()
         .filter(pk=workload_id, state__in=sources)
@@ -117,11 +126,7 @@ def transition_workloads(
     nobody (not `succeeded` or `failed`); raises ValueError for those and
     for a source state that cannot reach `to_state`.
     """
-    target = WorkloadState(to_state)
-    sources = [WorkloadState(state) for state in from_states]
-    illegal = [str(state) for state in sources if not can_transition(state, target)]
-    if illegal:
-        raise ValueError(f"workloads cannot go from {', '.join(illegal)} to {target}")
+    target, sources = _legal(from_states, to_state)
     if target in (WorkloadState.SUCCEEDED, WorkloadState.FAILED):
         raise ValueError("an ending workload notifies its owner: use transition_workload")
     rows = list(

@@ -74,10 +74,9 @@ def test_no_product_lock_takes_the_rows_it_only_reads():
     assert found == [], "select_for_update() with select_related must say of=(...): " + ", ".join(found)
 
 
+@pytest.mark.postgres  # row locks are Postgres's (SQLite locks the whole file): required in CI's Postgres pass
 @pytest.mark.django_db(transaction=True)
 def test_a_replica_report_leaves_its_node_and_pool_unlocked(world):
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks are Postgres's; SQLite locks the whole database")
     replica = add_replica(world, add_node(world, "lock-node"))
     with transaction.atomic():
         row = _locked_replica(replica.workload_id, replica.attempt, replica.index)
