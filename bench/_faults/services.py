@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
 import os
 import shutil
 import signal
@@ -176,8 +177,8 @@ class PrivatePostgres:
 class PrivateDocker:
     """A Docker Engine of the suite's own (socket, data and exec roots under PRIVATE_DOCKER_DIR); restartable.
 
-    No iptables, no default bridge (the shared engine owns the host's
-    rules), address pools of its own (so its tenant bridges never take the
+    No iptables (the shared engine owns the host's rules), a default bridge
+    of its own name, address pools of its own (so its bridges never take the
     shared engine's), and live restore on, as production engines run: a daemon
     restart leaves the containers running. SIGKILL reaches dockerd alone
     (its containerd runs in a process group of its own), as when the
@@ -187,6 +188,10 @@ class PrivateDocker:
     def __init__(self, run_dir: Path, root: Path = PRIVATE_DOCKER_DIR) -> None:
         self.root = root
         self.url = f"unix://{root / 'docker.sock'}"
+        # Never `--bridge none`: an engine started so deletes the interface `docker0` on its way up, the
+        # shared engine's default bridge, and every later build or container on the shared engine fails
+        # ("could not find bridge docker0"). A bridge of its own keeps its hands off the host's.
+        self.bridge = "gcpd" + hashlib.sha256(str(root).encode()).hexdigest()[:10]
         argv = [
             "dockerd",
             "--host",
@@ -198,7 +203,7 @@ class PrivateDocker:
             "--pidfile",
             str(root / "docker.pid"),
             "--bridge",
-            "none",
+            self.bridge,
             "--iptables=false",
             "--ip6tables=false",
             "--ip-masq=false",
@@ -220,6 +225,11 @@ class PrivateDocker:
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        # dockerd takes a bridge of a name other than docker0 only when it exists; its address comes from the pool.
+        if not Path(f"/sys/class/net/{self.bridge}").exists():
+            subprocess.run(
+                ["ip", "link", "add", self.bridge, "type", "bridge"], check=True, capture_output=True, timeout=30
+            )
         self.proc.start()
         if not wait_until(self.answers, 60, interval=0.5):
             raise RuntimeError(f"the private Docker Engine did not answer:\n{self.proc.tail()}")
@@ -264,7 +274,7 @@ class PrivateDocker:
             bridges = [f"br-{network[:12]}" for network in networks]
             self._docker("network", "prune", "-f")
         self.proc.stop(timeout=30)
-        for bridge in bridges if shutil.which("ip") else []:
+        for bridge in [*bridges, self.bridge] if shutil.which("ip") else []:
             subprocess.run(["ip", "link", "delete", bridge], capture_output=True, check=False, timeout=30)
         marker = str(self.root).encode() + b"/"
         for entry in Path("/proc").iterdir():

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,3 +199,35 @@ def test_an_agent_reports_a_lost_run_with_its_output_as_unobserved(engine: Priva
     assert shipped == ["a", "b"], "its output is shipped once, before the exit"
     assert not _processes(str(handle["id"]))
     runtime.remove(handle, timeout=30)
+
+
+def _docker_cli() -> str:
+    cli = shutil.which("docker")
+    assert cli is not None, "the docker client is installed"
+    return cli
+
+
+def _shared_bridge() -> str:
+    """Return the kernel interface of the shared engine's default `bridge` network (docker0 unless configured)."""
+    shown = subprocess.run(
+        [_docker_cli(), "network", "inspect", "bridge"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+    return str(json.loads(shown)[0]["Options"].get("com.docker.network.bridge.name", "docker0"))
+
+
+def test_the_private_engine_leaves_the_shared_engines_bridge_alone(engine: PrivateDocker, test_image: str) -> None:
+    # Runs after the tests above have killed and restarted the engine several times. An engine started with
+    # `--bridge none` deletes docker0 on its way up: every later build on the shared engine then failed.
+    bridge = _shared_bridge()
+    assert Path(f"/sys/class/net/{bridge}").exists(), f"the shared engine's bridge {bridge} is still there"
+    assert Path(f"/sys/class/net/{engine.bridge}").exists(), "the private engine has a bridge of its own"
+    engine.stop()
+    engine.start()
+    assert Path(f"/sys/class/net/{bridge}").exists()
+    built = subprocess.run(
+        [_docker_cli(), "run", "--rm", "--pull", "never", test_image, "true"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, f"the shared engine still starts containers on its bridge: {built.stderr}"
