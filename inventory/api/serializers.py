@@ -70,7 +70,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "memory_mb", "simulated_gpu_count", "simulated_gpu_model", "state", "state_reason", "state_changed_at",
             "agent_queue", "last_heartbeat_at", "agent_version", "engine_version", "runc_version",
             "nvidia_driver_version", "cuda_version", "toolkit_version", "nvidia_runtime", "device_requests",
-            "probed_at", "gpu_count", "failed_gpu_count", "created_at", "updated_at",
+            "swarm", "swarm_manager", "probed_at", "gpu_count", "failed_gpu_count", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 

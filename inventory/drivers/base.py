@@ -232,6 +232,10 @@ class RuntimeInfo:
     toolkit_version: str | None = None
     cpus: int | None = None
     memory_mb: int | None = None
+    # The Docker swarm the engine is in ("" for none, or another runtime): its key (the same on every member, see
+    # docker_gangs.swarm_of) and whether the engine is a manager. Gangs across hosts need one (docs/gangs.md).
+    swarm: str = ""
+    swarm_manager: bool = False
 
 
 @dataclass(frozen=True)

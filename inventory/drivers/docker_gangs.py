@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Literal
+from typing import Any, Literal
 
 import docker
 import docker.errors
@@ -48,6 +48,25 @@ def attach_refused(error: docker.errors.APIError, network: str) -> bool:
     return network in text and "not found" in text
 
 
+def swarm_of(info: dict[str, Any]) -> tuple[str, SwarmRole]:
+    """Return (the swarm's key, this engine's role) from `docker info`, or ("", "") for an engine in no swarm.
+
+    The key is the smallest node ID among the swarm's managers: the same on
+    every member, managers and workers alike (a worker's `info` names the
+    managers it knows but not the cluster's ID). It changes only when that
+    manager leaves the swarm or is demoted; the nodes probed after that then
+    report the new key.
+    """
+    swarm = info.get("Swarm") or {}
+    if swarm.get("LocalNodeState") != "active":
+        return "", ""
+    managers = [str(m.get("NodeID") or "") for m in swarm.get("RemoteManagers") or () if m.get("NodeID")]
+    role: SwarmRole = "manager" if swarm.get("ControlAvailable") else "worker"
+    if role == "manager" and swarm.get("NodeID"):
+        managers.append(str(swarm["NodeID"]))
+    return (min(managers) if managers else ""), role
+
+
 class GangNetworks:
     """The gang overlays one engine takes part in; `api` returns the thread's client with a budget's timeout.
 
@@ -62,10 +81,7 @@ class GangNetworks:
 
     def role(self, budget: Budget) -> SwarmRole:
         """Return this engine's part in a swarm: `manager`, `worker`, or "" when it is in none."""
-        swarm = self._api(budget).info().get("Swarm") or {}
-        if swarm.get("LocalNodeState") != "active":
-            return ""
-        return "manager" if swarm.get("ControlAvailable") else "worker"
+        return swarm_of(self._api(budget).info())[1]
 
     def ensure(self, spec: WorkloadSpec, budget: Budget) -> str:
         """Return the name of the gang network of `spec`, made here when this engine is a manager and it is missing.

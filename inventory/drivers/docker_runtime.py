@@ -67,7 +67,7 @@ from inventory.drivers.docker_engine import (
     toolkit_version,
     version_tuple,
 )
-from inventory.drivers.docker_gangs import GangNetworks, attach_refused
+from inventory.drivers.docker_gangs import GangNetworks, attach_refused, swarm_of
 from inventory.drivers.docker_logs import ContainerLogs
 from inventory.drivers.docker_networks import TenantNetworks, network_missing
 from inventory.drivers.timestamps import parse_cursor
@@ -363,6 +363,7 @@ class DockerRuntime:
         components = {str(c.get("Name", "")).lower(): c.get("Version") for c in version.get("Components") or []}
         runtimes = info.get("Runtimes") or {}
         local = self.base_url.startswith(("unix://", "/"))
+        swarm, role = swarm_of(info)
         return RuntimeInfo(
             kind=self.kind,
             isolated=True,
@@ -373,4 +374,6 @@ class DockerRuntime:
             toolkit_version=toolkit_version(min(5.0, budget.left())) if local else None,
             cpus=info.get("NCPU"),
             memory_mb=int(info["MemTotal"]) // (1024 * 1024) if info.get("MemTotal") else None,
+            swarm=swarm,
+            swarm_manager=role == "manager",
         )

@@ -83,6 +83,11 @@ class Node(models.Model):
     toolkit_version = models.CharField(max_length=40, blank=True)
     nvidia_runtime = models.BooleanField(default=False)
     device_requests = models.BooleanField(default=False)
+    # The Docker swarm its engine is in, as last probed: its key ("" for none; null: never reported, an agent older
+    # than the report) and whether it is a manager. The scheduler spreads a gang over nodes only within one swarm
+    # with a manager (jobs.scheduler.core.fabric).
+    swarm = models.CharField(max_length=64, null=True, blank=True, default=None)
+    swarm_manager = models.BooleanField(default=False)
     probed_at = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)

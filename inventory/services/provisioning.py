@@ -183,6 +183,7 @@ def _sync_gpus(node: Node, found: list[dict[str, Any]]) -> None:
 def _record_versions(node: Node, report: dict[str, Any]) -> None:
     runtime = report.get("runtime") or {}
     gpus = report.get("gpus") or {}
+    swarm = runtime.get("swarm")
     Node.objects.filter(pk=node.pk).update(
         agent_version=str(report.get("agent_version") or "")[:40],
         engine_version=str(runtime.get("engine_version") or "")[:40],
@@ -194,6 +195,8 @@ def _record_versions(node: Node, report: dict[str, Any]) -> None:
         cuda_version=str(gpus.get("cuda_version") or "")[:40],
         cpu_cores=int(runtime.get("cpus") or node.cpu_cores or 0),
         memory_mb=int(runtime.get("memory_mb") or node.memory_mb or 0),
+        swarm=str(swarm)[:64] if swarm is not None else None,
+        swarm_manager=bool(swarm) and bool(runtime.get("swarm_manager")),
         probed_at=timezone.now(),
     )
 

@@ -159,7 +159,7 @@ def _nodes(
     rows = list(
         Node.objects.exclude(state__in=_NOT_IN_SERVICE)
         .order_by("name")
-        .values("id", "name", "pool_id", "state", "cpu_cores", "memory_mb", "runtime")
+        .values("id", "name", "pool_id", "state", "cpu_cores", "memory_mb", "runtime", "swarm", "swarm_manager")
     )
     backends = list(StorageBackend.objects.order_by("name"))
     if not any(backend.is_default for backend in backends):
@@ -200,6 +200,9 @@ def _nodes(
                 storage=None
                 if row["runtime"] == RuntimeKind.SIMULATED
                 else mountable_backends(_NodeRef(row["id"], row["pool_id"]), backends, pools_of),
+                # Only Docker gangs across hosts need a swarm; a node that never said (an older agent) limits nothing.
+                fabric=row["swarm"] if row["runtime"] == RuntimeKind.DOCKER else None,
+                fabric_manager=row["swarm_manager"],
             )
         )
     return nodes

@@ -385,3 +385,19 @@ def test_operators_create_and_change_a_pools_placement_policy(world: World) -> N
     assert NodePool.objects.get(name="train").placement_policy == "binpack"
     row = client.get("/ops/pools/").content.decode().split('data-pool="train"')[1].split("</tr>")[0]
     assert "Bin-packing (fill nodes first)" in row
+
+
+@pytest.mark.parametrize(
+    ("swarm", "manager", "shown"),
+    [
+        ("m1abc", True, "<code>m1abc</code> (manager)"),
+        ("m1abc", False, "<code>m1abc</code> (worker)"),
+        ("", False, "none: its gangs stay on this node"),
+        (None, False, "Docker swarm</th><td>—"),
+    ],
+)
+def test_a_docker_node_page_shows_its_swarm(world: World, swarm: str | None, manager: bool, shown: str) -> None:
+    node = make_node(world, "d1", runtime="docker")
+    Node.objects.filter(pk=node.pk).update(swarm=swarm, swarm_manager=manager)
+    page = logged_in("operator").get("/ops/nodes/d1/").content.decode()
+    assert shown in page.split('id="node-versions"')[1].split("</table>")[0]

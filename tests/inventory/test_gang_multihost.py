@@ -39,6 +39,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +47,18 @@ import pytest
 
 from inventory.agent import executor as executor_module
 from inventory.agent.config import AgentConfig, activate
+from inventory.choices import NodeState
 from inventory.drivers import policy
 from inventory.drivers.base import PermanentDriverError, WorkloadSpec
 from inventory.drivers.docker_engine import Budget
 from inventory.drivers.docker_gangs import IDLE_GRACE_SECONDS, GangNetworks
 from inventory.drivers.docker_runtime import DockerRuntime
-from inventory.models import Gpu, agent_queue_for
+from inventory.models import Gpu, Node, agent_queue_for
+from inventory.services.provisioning import complete_provisioning
 from jobs import selectors, services
 from jobs.choices import ReasonCode, WorkloadState
 from jobs.models import Replica, Workload, WorkloadEvent
+from jobs.scheduler.core.explain import SPAN_NOTE
 from tenants.context import Actor
 from tenants.scoping import tenant_scope
 from tests.conftest import ROOT, World
@@ -147,7 +151,7 @@ def gang_agent(tmp_path: Path, engines: list[str]) -> Iterator[dict[str, DockerR
         yield runtimes
 
 
-def _world(world: World) -> None:
+def _world(world: World, state: NodeState = NodeState.READY) -> None:
     give_quota(world)
     assign(world.member_a, world.project_a)
     for node_name, address in zip(NODES, HOST_ADDRESSES, strict=True):
@@ -155,12 +159,32 @@ def _world(world: World) -> None:
             Actor(user=world.operator),
             world.pool,
             name=node_name,
+            state=state,
             runtime="docker",
             address=address,
             cpu_cores=1,
             memory_mb=4_000,
         )
         Gpu.objects.create(node=node, index=0, uuid=f"GPU-{node_name}-0", model="NVIDIA H100 80GB HBM3")
+
+
+def _probed(world: World, engine_of: dict[str, str]) -> None:
+    """Make both nodes ready from the probe of the engine `engine_of` names for each: what the agent's probe reports.
+
+    The runtime facts are the engine's own (`DockerRuntime.info`, as `agent.probe_node` sends them), but for the
+    host's size: one CPU each keeps one replica of `_submit`'s gang on each node.
+    """
+    _world(world, NodeState.PROVISIONING)
+    for node in Node.objects.filter(name__in=NODES):
+        facts = asdict(DockerRuntime(engine_of[node.name], pull_images=False).info())
+        report = {
+            "agent_version": "test",
+            "runtime": {**facts, "cpus": 1, "memory_mb": 4_000},
+            "gpus": {"available": False, "gpus": []},
+            "health_check": {"exit_code": 0, "state": "exited", "message": ""},
+        }
+        ready = complete_provisioning(node_id=node.pk, attempt=node.provisioning_attempt, report=report)
+        assert ready is not None and ready.state == NodeState.READY, ready and ready.state_reason
 
 
 def _submit(world: World, image: str, command: list[str]) -> Workload:
@@ -294,6 +318,48 @@ def test_a_gang_on_two_hosts_all_reduces_over_its_own_overlay_and_no_one_else_re
             runtime.remove(managed.handle)
     manager = engines[0]
     assert wait_until(lambda: network not in _docker(manager, "network", "ls", "--format", "{{.Name}}"), timeout=30)
+
+
+# --- where the scheduler puts a gang across hosts -----------------------------------
+
+
+@pytest.mark.multihost
+def test_each_engine_reports_its_swarm_by_one_key_and_its_role(engines: list[str]) -> None:
+    manager, worker = (DockerRuntime(url, pull_images=False).info() for url in engines)
+    alone = DockerRuntime(LOCAL_ENGINE, pull_images=False).info()
+    assert manager.swarm and manager.swarm == worker.swarm, "a worker and its manager report the same swarm"
+    assert (manager.swarm_manager, worker.swarm_manager) == (True, False)
+    assert (alone.swarm, alone.swarm_manager) == ("", False), "the machine's own engine is in no swarm"
+
+
+@pytest.mark.multihost
+def test_a_gang_spreads_over_hosts_probed_in_one_swarm_with_a_manager_and_runs(
+    world: World, tmp_path: Path, engines: list[str], test_image: str
+) -> None:
+    _probed(world, dict(zip(NODES, engines, strict=True)))
+    assert sorted(Node.objects.filter(name__in=NODES).values_list("swarm_manager", flat=True)) == [False, True]
+    with _agents(tmp_path, engines):
+        gang = _submit(world, test_image, ["sh", "-c", "echo rank $RANK of $WORLD_SIZE"])
+        assert wait_until(lambda: _ended(gang), timeout=90), _events(gang)
+    ended = Workload.all_tenants.get(pk=gang.pk)
+    assert ended.state == WorkloadState.SUCCEEDED, _events(gang)
+    placed = sorted(Replica.all_tenants.filter(workload=gang).values_list("node__name", flat=True))
+    assert placed == sorted(NODES), "one replica on each host"
+    assert sorted(_log_text(world, gang)) == ["rank 0 of 2", "rank 1 of 2"]
+
+
+@pytest.mark.multihost
+def test_a_gang_waits_saying_why_rather_than_spreading_over_swarm_workers_alone(
+    world: World, engines: list[str], test_image: str
+) -> None:
+    # Both nodes probed from the swarm's worker: spread over them, no replica could make the gang's network.
+    _probed(world, dict.fromkeys(NODES, engines[1]))
+    gang = _submit(world, test_image, ["true"])
+    waiting = Workload.all_tenants.get(pk=gang.pk)
+    assert waiting.state == WorkloadState.PENDING
+    assert waiting.reason_code == ReasonCode.GANG_CANNOT_FIT
+    assert SPAN_NOTE in waiting.reason_message, waiting.reason_message
+    assert not Replica.all_tenants.filter(workload=gang).exists(), "nothing was placed"
 
 
 # --- failure paths of the gang network -------------------------------------------

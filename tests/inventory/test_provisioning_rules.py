@@ -105,6 +105,30 @@ def test_a_good_report_makes_the_node_ready_with_versions_and_gpus(world: World)
     assert AuditEvent.all_tenants.filter(action="node.ready", object_id=str(node.pk)).count() == 1
 
 
+def test_the_probe_records_the_nodes_swarm_and_role(world: World) -> None:
+    node = _provisioning(world)
+    swarm = {"swarm": "abc123", "swarm_manager": True}
+    services.complete_provisioning(node_id=node.pk, attempt=1, report=report(runtime=swarm))
+    node.refresh_from_db()
+    assert (node.swarm, node.swarm_manager) == ("abc123", True)
+
+
+@pytest.mark.parametrize(
+    ("runtime", "recorded"),
+    [
+        ({"swarm": "", "swarm_manager": True}, ("", False)),  # no manager of no swarm
+        ({}, (None, False)),  # an agent older than the report: unknown, not "in no swarm"
+    ],
+)
+def test_a_node_in_no_swarm_or_that_never_said(
+    world: World, runtime: dict[str, Any], recorded: tuple[Any, ...]
+) -> None:
+    node = _provisioning(world)
+    services.complete_provisioning(node_id=node.pk, attempt=1, report=report(runtime=runtime))
+    node.refresh_from_db()
+    assert (node.swarm, node.swarm_manager) == recorded
+
+
 def test_an_old_toolkit_fails_the_node_with_the_reason_and_keeps_versions(world: World) -> None:
     node = _provisioning(world)
     services.complete_provisioning(node_id=node.pk, attempt=1, report=report(runtime={"toolkit_version": "1.14.0"}))

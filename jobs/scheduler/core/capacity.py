@@ -31,7 +31,8 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from jobs.scheduler.core.model import Node, PlacementPolicy
+from jobs.scheduler.core.fabric import Fabrics
+from jobs.scheduler.core.model import Node, PlacementPolicy, Workload
 from jobs.scheduler.core.storage import Mounts
 
 # A bin-packing candidate, smaller is better: (GPUs it strands, GPUs it leaves free, node number, model).
@@ -130,6 +131,7 @@ class PoolCapacity:
         for node in ordered:
             self._add_node(node, allocated, per_gpu)
         self.mounts = Mounts(ordered)
+        self.fabrics = Fabrics(ordered)
         # The least CPU and memory a node of the pool has per GPU: less than this left per free GPU strands it.
         self.cpu_per_gpu = min((cpu for cpu, _ in per_gpu), default=0)
         self.memory_per_gpu = min((memory for _, memory in per_gpu), default=0)
@@ -378,13 +380,83 @@ class PoolCapacity:
         memory: int,
         excluded: frozenset[int] = NO_NODES,
     ) -> list[Take] | None:
-        """Place every replica or none, never on `excluded` nodes: return what was taken, or None (nothing taken)."""
+        """Place every replica or none, never on `excluded` nodes: return what was taken, or None (nothing taken).
+
+        The replicas go where the pool's best fit puts them when those nodes
+        may share a gang (`fabric`); otherwise the search is repeated inside
+        each group of nodes that may, then on each single node with room for
+        the whole gang. Identical replicas on independent nodes make the
+        greedy search exact: when it finds no room in the whole pool, none of
+        its parts has any, so a failure costs one search.
+        """
+        taken = self._place_each(models, gpus, replicas, cpu, memory, excluded)
+        fabrics = self.fabrics
+        if taken is None or replicas == 1 or fabrics.may_share({take.node for take in taken}):
+            return taken
+        self._give_back(taken)
+        for outside, managers in fabrics.swarms(excluded):
+            taken = self._place_each(models, gpus, replicas, cpu, memory, outside)
+            if taken is None or fabrics.may_share({take.node for take in taken}):
+                if taken is not None:
+                    return taken
+                continue
+            self._give_back(taken)
+            # Spread over workers alone: the first replica goes to a manager (best fit first), the rest anywhere inside.
+            for manager in self._holding_all(models, gpus, 1, cpu, memory, self._everyone_but(managers)):
+                first = self._place_each(models, gpus, 1, cpu, memory, fabrics.alone(manager, excluded))
+                rest = self._place_each(models, gpus, replicas - 1, cpu, memory, outside) if first else None
+                if first and rest is not None:
+                    return first + rest
+                self._give_back(first or [])
+        outside_unbound = fabrics.unbound(excluded)
+        if outside_unbound is not None:
+            taken = self._place_each(models, gpus, replicas, cpu, memory, outside_unbound)
+            if taken is not None:
+                return taken
+        for number in self._holding_all(models, gpus, replicas, cpu, memory, excluded):
+            taken = self._place_each(models, gpus, replicas, cpu, memory, fabrics.alone(number, excluded))
+            if taken is not None:
+                return taken
+        return None
+
+    def _everyone_but(self, numbers: frozenset[int]) -> frozenset[int]:
+        return frozenset(range(len(self.nodes))) - numbers
+
+    def fits_unshared(self, workload: Workload, models: tuple[str, ...]) -> bool:
+        """Return whether the gang would fit free capacity now if its nodes did not have to share a fabric."""
+        excluded = self.mounts.excluded(workload.storage)
+        taken = self._place_each(
+            models, workload.gpus, workload.replicas, workload.cpu_milli, workload.memory_mib, excluded
+        )
+        self._give_back(taken or [])
+        return taken is not None
+
+    def _place_each(
+        self, models: tuple[str, ...], gpus: int, replicas: int, cpu: int, memory: int, excluded: frozenset[int]
+    ) -> list[Take] | None:
         taken: list[Take] = []
         for _ in range(replicas):
             found = self.find(models, gpus, cpu, memory, excluded)
             if found is None:
-                for take in reversed(taken):
-                    self.give(take)
+                self._give_back(taken)
                 return None
             taken.append(self.take(found[0], found[1], gpus, cpu, memory))
         return taken
+
+    def _give_back(self, taken: list[Take]) -> None:
+        for take in reversed(taken):
+            self.give(take)
+
+    def _holding_all(
+        self, models: tuple[str, ...], gpus: int, replicas: int, cpu: int, memory: int, excluded: frozenset[int]
+    ) -> list[int]:
+        """Return the nodes but `excluded` with room for every replica at once, the fewest free GPUs first."""
+        room = [
+            (node.free_count, node.number)
+            for node in self.nodes
+            if node.number not in excluded
+            and node.cpu >= cpu * replicas
+            and node.memory >= memory * replicas
+            and (not gpus or sum(len(node.free.get(model, ())) // gpus for model in models) >= replicas)
+        ]
+        return [number for _, number in sorted(room)]

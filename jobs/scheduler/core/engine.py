@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from jobs.scheduler.core.budgets import owner_of, used_up
 from jobs.scheduler.core.capacity import PoolCapacity, Take
-from jobs.scheduler.core.explain import Hints, capacity_reason, message, quota_message
+from jobs.scheduler.core.explain import Hints, capacity_detail, capacity_reason, message, quota_message
 from jobs.scheduler.core.model import Decisions, Ordering, Preemption, Reason, Snapshot, Waiting, Workload, lost_work
 from jobs.scheduler.core.reclaim import Reclaimer
 from jobs.scheduler.core.state import PassState, project_key
@@ -211,7 +211,8 @@ class _PoolPass:
             self.wait(workload, *blocked)
             return False
         if takes is None:
-            self.wait(workload, self._capacity_reason(workload, models))
+            reason = self._capacity_reason(workload, models)
+            self.wait(workload, reason, capacity_detail(self.capacity, reason))
             return False
         self.state.record_placement(workload, takes)
         self.placed += 1

@@ -64,6 +64,7 @@ def message(reason: Reason, workload: Workload, detail: str = "") -> str:
         ),
         Reason.GANG_CANNOT_FIT: (
             f"Enough GPUs are free in pool {pool}, but not together on few enough nodes to hold {asks} at once."
+            + (f" {detail}" if detail else "")
         ),
         Reason.NO_CAPACITY: f"Pool {pool} has no room for {asks} right now; it starts when running work finishes.",
         Reason.WAITING_FOR_FAIRER_WORK: (
@@ -81,6 +82,17 @@ def message(reason: Reason, workload: Workload, detail: str = "") -> str:
     return sentences.get(reason, reason.value)
 
 
+# Said of a gang that does not fit where some nodes of its pool may not hold a gang together (core.fabric).
+SPAN_NOTE = (
+    "Its replicas can run on different nodes only when those nodes are in one Docker swarm with a manager among them."
+)
+
+
+def capacity_detail(capacity: PoolCapacity, reason: Reason) -> str:
+    """Return what completes the sentence of a capacity `reason` in this pool, or ""."""
+    return SPAN_NOTE if reason is Reason.GANG_CANNOT_FIT and capacity.fabrics.restricted else ""
+
+
 def capacity_reason(capacity: PoolCapacity, workload: Workload, models: tuple[str, ...]) -> Reason:
     """Return why a workload that passed its quota does not fit in its pool's free capacity.
 
@@ -88,6 +100,8 @@ def capacity_reason(capacity: PoolCapacity, workload: Workload, models: tuple[st
     that can mount its volumes (NO_STORAGE: those could never hold it), then
     what is free on those nodes now.
     """
+    if workload.replicas > 1 and capacity.fabrics.restricted and capacity.fits_unshared(workload, models):
+        return Reason.GANG_CANNOT_FIT  # room enough, but only on nodes that may not hold the gang together
     if workload.gpus == 0:
         return Reason.NO_STORAGE if capacity.mounts.never_holds(workload, models) else Reason.NO_CAPACITY
     if not models or max(capacity.largest_node_by_model.get(m, 0) for m in models) < workload.gpus:

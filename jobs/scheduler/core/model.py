@@ -104,6 +104,11 @@ class Node:
     schedulable: bool = True
     # Storage backends whose volumes it can mount; None: any (simulated and legacy nodes).
     storage: frozenset[str] | None = None
+    # Which nodes a gang's replicas may share with this one (core.fabric): None for any (a runtime whose gangs need
+    # no network of their own), "" for none (a Docker engine in no swarm), else its Docker swarm's key; and whether
+    # the node is a manager of that swarm (only a manager makes a gang's overlay network).
+    fabric: str | None = None
+    fabric_manager: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import pytest
 from inventory.drivers import policy
 from inventory.drivers.base import PermanentDriverError, WorkloadSpec
 from inventory.drivers.docker_engine import Budget
-from inventory.drivers.docker_gangs import GangNetworks
+from inventory.drivers.docker_gangs import GangNetworks, swarm_of
 
 SPEC = WorkloadSpec(
     name="gpucloud-w7-r0-a0", workload_id="7", tenant="acme", attempt=0, image="x", gang_across_hosts=True
@@ -66,3 +66,27 @@ def test_a_manager_that_loses_the_race_to_another_tenants_network_of_that_name_r
     with pytest.raises(PermanentDriverError) as refused:
         GangNetworks(lambda _: api).ensure(SPEC, Budget(5))  # type: ignore[arg-type,return-value]  # a fake API
     assert refused.value.code == "name_conflict"
+
+
+@pytest.mark.parametrize(
+    ("swarm", "found"),
+    [
+        ({"LocalNodeState": "inactive"}, ("", "")),
+        ({"LocalNodeState": "pending", "ControlAvailable": True}, ("", "")),  # joining: not in it yet
+        (  # a worker knows its managers, not the cluster's ID
+            {"LocalNodeState": "active", "NodeID": "w1", "RemoteManagers": [{"NodeID": "m2"}, {"NodeID": "m1"}]},
+            ("m1", "worker"),
+        ),
+        (  # a manager: the same key, whichever manager it is
+            {
+                "LocalNodeState": "active",
+                "NodeID": "m2",
+                "ControlAvailable": True,
+                "RemoteManagers": [{"NodeID": "m1"}],
+            },
+            ("m1", "manager"),
+        ),
+    ],
+)
+def test_the_swarm_key_is_the_same_on_every_member(swarm: dict[str, Any], found: tuple[str, str]) -> None:
+    assert swarm_of({"Swarm": swarm}) == found

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from inventory.choices import GpuHealth, NodeState
-from inventory.models import Gpu
+from inventory.models import Gpu, Node
 from jobs.choices import WorkloadState
 from jobs.models import Allocation, Workload, WorkloadEvent
 from jobs.scheduler import commit, shell
@@ -97,6 +97,32 @@ def test_a_gang_is_placed_all_or_nothing_across_nodes(world: World) -> None:
     assert replicas in ({(0, "n1"), (1, "n2")}, {(0, "n2"), (1, "n1")})
     assert _state(too_big) == WorkloadState.PENDING
     assert not Allocation.all_tenants.filter(workload=too_big).exists()
+
+
+def test_a_docker_gang_spreads_only_over_nodes_recorded_in_one_swarm_with_a_manager(world: World) -> None:
+    _quota(world, world.project_a, 16, 16)
+    _node(world, "d1", 4, runtime="docker")
+    _node(world, "d2", 4, runtime="docker")
+    Node.objects.filter(name__in=["d1", "d2"]).update(swarm="swarm-1")  # as probed: both swarm workers
+    gang = _workload(world, gpus=4, replicas=2)
+    shell.run_pass()
+    assert _state(gang) == WorkloadState.PENDING
+    assert Workload.all_tenants.get(pk=gang.pk).reason_code == Reason.GANG_CANNOT_FIT
+    Node.objects.filter(name="d2").update(swarm_manager=True)  # re-probed after its promotion
+    shell.run_pass()
+    assert _state(gang) == WorkloadState.SCHEDULED
+    assert set(Allocation.all_tenants.filter(workload=gang).values_list("node__name", flat=True)) == {"d1", "d2"}
+
+
+def test_nodes_that_never_reported_a_swarm_and_process_nodes_limit_no_gang(world: World) -> None:
+    _quota(world, world.project_a, 16, 16)
+    _node(world, "d1", 4, runtime="docker")  # swarm null: an agent older than the report
+    _node(world, "p1", 4, runtime="process")
+    _node(world, "p2", 4, runtime="process")
+    Node.objects.filter(name__in=["p1", "p2"]).update(swarm="")  # a process node's probe says no swarm: no matter
+    gang = _workload(world, gpus=4, replicas=3)
+    shell.run_pass()
+    assert _state(gang) == WorkloadState.SCHEDULED
 
 
 def test_failed_gpus_and_nodes_out_of_service_are_never_used(world: World) -> None:
