@@ -2,7 +2,8 @@
 
     DATABASE_URL=postgres://gpucloud:gpucloud@127.0.0.1:5432/gpucloud_scale REDIS_URL=redis://127.0.0.1:6379/5 \
     SECRET_KEY=$(openssl rand -hex 40) .venv/bin/python bench/fleet_scale.py [--nodes 1000] [--gpus 8] \
-        [--workloads 20000] [--tenants 10] [--duration 30] [--clients 4] [--batch 1000] [--keep]
+        [--workloads 20000] [--tenants 10] [--duration 30] [--clients 4] [--batch 1000] [--keep] \
+        [--kill-controller SECONDS [--down 10]]
 
 It (re)creates the scratch database named in DATABASE_URL (its name must
 contain `scale` or `bench`: the bench drops it) and empties the Redis
@@ -38,6 +39,12 @@ tree's CPU (average and busiest 5 s), the Postgres backends of the scratch
 database and Redis, the deepest `control` and `ingest` queues, the
 controller's threads, and per task the count and time the workers' logs
 give (`Task ... succeeded in`). The processes' logs stay in LOGS.
+
+`--kill-controller S` kills the controller's whole process tree (worker,
+its pool processes and beat) with SIGKILL S seconds after the first
+submission, as a host crash would, and starts it again `--down` seconds
+later: every workload must still succeed (`not_succeeded` lists any that
+did not, by state and reason).
 """
 
 from __future__ import annotations
@@ -153,10 +160,31 @@ def _tenant(index: int, capacity: int, guaranteed: int) -> Client:
 # --- the processes of a deployment ------------------------------------------------------------
 
 
-def _start(name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _start(name: str, argv: list[str], env: dict[str, str], *, again: bool = False) -> subprocess.Popen[bytes]:
+    """Start a process of the deployment in a session of its own (so that a kill can take its whole tree)."""
     LOGS.mkdir(exist_ok=True)
-    with (LOGS / f"{name}.log").open("wb") as log:
-        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    COMMANDS[name] = (argv, env)
+    with (LOGS / f"{name}.log").open("ab" if again else "wb") as log:
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+COMMANDS: dict[str, tuple[list[str], dict[str, str]]] = {}
+
+
+def _kill_and_restart(
+    processes: dict[str, subprocess.Popen[bytes]], name: str, after: float, down: float, fault: dict[str, Any]
+) -> None:
+    """kill -9 the whole process tree of `name` `after` seconds from now (a host crash: its pool processes and
+    its beat go with it, unacknowledged messages stay in Redis), start it again `down` seconds later."""
+    time.sleep(after)
+    victim = processes[name]
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    fault["killed_at"] = time.time()
+    time.sleep(down)
+    argv, env = COMMANDS[name]
+    processes[name] = _start(name, argv, env, again=True)
+    fault["restarted_at"] = time.time()
 
 
 def worker() -> None:
@@ -446,6 +474,11 @@ def _table(result: dict[str, Any]) -> str:
         f"scheduled -> running p50 {t['launch_p50_s']} s, p95 {t['launch_p95_s']} s, max {t['launch_max_s']} s",
         f"GPU held / success   {t['gpu_held_per_success_s']} s for {result['duration_s']} s of run",
         f"states at the end    {t['states']}, not succeeded {t['not_succeeded']}",
+        *(
+            [f"controller killed    -9 at {killed['after_first_submission_s']} s, down {killed['down_s']} s"]
+            if (killed := result["controller_killed"])
+            else []
+        ),
         "",
         f"{'component':<12}{'cpu s':>9}{'cores':>8}{'peak 5s':>9}{'idle':>8}",
     ]
@@ -491,6 +524,13 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the scratch database (it is dropped otherwise)")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument(
+        "--kill-controller",
+        type=float,
+        metavar="SECONDS",
+        help="kill -9 the controller's process tree this long after the first submission (mid-backlog)",
+    )
+    parser.add_argument("--down", type=float, default=10.0, help="seconds the killed controller stays down")
     args = parser.parse_args()
     database, redis_url = _scratch()
     clients = _setup(args.nodes, args.gpus, args.tenants)
@@ -512,6 +552,13 @@ def main() -> None:
         idle_s = idle_row["t"] - first["t"]
         submit_from = time.time()
         submitters = _submit(port, clients, args.workloads, args.batch, args.clients)
+        fault: dict[str, Any] = {}
+        if args.kill_controller is not None:
+            threading.Thread(
+                target=_kill_and_restart,
+                args=(processes, "controller", args.kill_controller, args.down, fault),
+                daemon=True,
+            ).start()
         done = _run_until_done(watch, args.workloads, args.timeout, not args.quiet)
         for thread in submitters:
             thread.join(timeout=1)
@@ -526,6 +573,12 @@ def main() -> None:
         "tenants": args.tenants,
         "duration_s": args.duration,
         "completed": done,
+        "controller_killed": {
+            "after_first_submission_s": round(fault["killed_at"] - submit_from, 1),
+            "down_s": round(fault["restarted_at"] - fault["killed_at"], 1),
+        }
+        if "restarted_at" in fault
+        else None,
         "submission": {
             "requests": len(SUBMITTED),
             "accepted": accepted,
