@@ -268,21 +268,30 @@ class Executor:
     # --- stop ------------------------------------------------------------------
 
     def stop(self, message: dict[str, Any]) -> None:
-        """Stop the replica (SIGTERM, grace, SIGKILL), remove it if asked, and report its exit."""
+        """Stop the replica (SIGTERM, grace, SIGKILL), remove it if asked, and report its exit.
+
+        A stop that says the replica `ended` (the controller holds its exit
+        and removes its leftovers) reports nothing: that report would be one
+        more message on the controller's queue per workload, read and dropped.
+        """
         ref = ReplicaRef.from_message(message)
         self._remember_stop(ref.name)
         runtime = self.runtime(ref.runtime, ref.node)
         handle = message.get("handle") or self._find(runtime, ref.name)
+        report = message.get("ended") is not True
         if not handle:
-            self.report("jobs.replica_exited", **ref.ids(), exit_code=None, message="It was not running on the node.")
+            if report:
+                message_text = "It was not running on the node."
+                self.report("jobs.replica_exited", **ref.ids(), exit_code=None, message=message_text)
             return
         status = runtime.stop(handle, grace_seconds=float(message.get("grace_seconds", 30)), timeout=CALL_TIMEOUT)
         watcher = self._watchers.get(ref.name)
         if watcher is not None and watcher.is_alive():
             watcher.join(timeout=10)  # lets the watcher ship the last lines and report the exit itself
-        self.report(
-            "jobs.replica_exited", **ref.ids(), exit_code=status.exit_code, message=status.message or "Stopped."
-        )
+        if report:
+            self.report(
+                "jobs.replica_exited", **ref.ids(), exit_code=status.exit_code, message=status.message or "Stopped."
+            )
         if message.get("remove") and isinstance(runtime, RemovableRuntime):
             runtime.remove(handle, timeout=CALL_TIMEOUT)
 

@@ -296,7 +296,7 @@ def _stop_orphan(node: Node, item: dict[str, Any], replica: Replica | None) -> i
         # Known and already over: only its leftovers are removed, once its output is stored (or too old).
         if replicas_with_output_short(timezone.now()).filter(pk=replica.pk).exists():
             return 0
-        dispatch.send(dispatch.STOP_REPLICA, queue=node.agent_queue, kwargs=stop_message(replica, 0))
+        dispatch.send(dispatch.STOP_REPLICA, queue=node.agent_queue, kwargs=stop_message(replica, 0, ended=True))
         return 0
     grace = grace_seconds(replica.workload) if replica is not None else 0
     message = {

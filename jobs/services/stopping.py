@@ -87,8 +87,13 @@ def request_replica_stops(workload: Workload) -> int:
     return len(live)
 
 
-def stop_message(replica: Replica, grace: int, *, remove: bool = True) -> dict[str, object]:
-    """Return the arguments of the agent's `stop_replica` for `replica`."""
+def stop_message(replica: Replica, grace: int, *, remove: bool = True, ended: bool = False) -> dict[str, object]:
+    """Return the arguments of the agent's `stop_replica` for `replica`.
+
+    `ended` says the ledger already holds the replica's exit (only its
+    leftovers go): the agent then sends no exit report of its own, which
+    the controller would only have to read and drop.
+    """
     return {
         "node": replica.node.name,
         "runtime": replica.node.runtime,
@@ -99,6 +104,7 @@ def stop_message(replica: Replica, grace: int, *, remove: bool = True) -> dict[s
         "replica": replica.index,
         "grace_seconds": grace,
         "remove": remove,
+        "ended": ended,
     }
 
 

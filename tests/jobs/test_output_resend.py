@@ -81,6 +81,7 @@ class LossyTransport:
         self.lose = lose
         self.log_messages = 0
         self.lost: list[dict[str, Any]] = []
+        self.exits = 0
 
     def __call__(self, task: str, **kwargs: Any) -> None:
         if task == "jobs.ingest_log_batches":
@@ -92,6 +93,7 @@ class LossyTransport:
         elif task == "jobs.replica_started":
             tasks.replica_started(**kwargs)
         elif task == "jobs.replica_exited":
+            self.exits += 1
             tasks.replica_exited(**kwargs)
 
 
@@ -145,6 +147,12 @@ def test_a_lost_batch_is_read_again_and_the_ended_replica_kept_until_its_log_is_
     # Complete now: its leftovers go, and nothing is read again.
     reconcile.reconcile_node(node=NODE, managed=[item])
     assert [task for task, _ in to_node].count(dispatch.STOP_REPLICA) == 1
+    stop = next(m for t, m in to_node if t == dispatch.STOP_REPLICA)
+    assert stop["ended"] is True and stop["remove"] is True
+    exits = transport.exits
+    agent.stop(stop)  # the node receives it: the leftovers go, and no second exit report comes back
+    assert replica.name not in [m["name"] for m in agent.inventory(node=NODE, runtime="process")]
+    assert transport.exits == exits
     later = reconcile.reconcile_ledger(now=timezone.now() + reconcile.LOG_RESEND_SECONDS * timedelta(seconds=1))
     assert later["output_resent"] == 0
 
