@@ -142,6 +142,34 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "multihost: builds two Docker engines in one swarm (.ci/multihost-engines)")
 
 
+# GPUCLOUD_TESTS=backend-dependent keeps only the tests whose outcome the database or the transport can change:
+# those that use the database (pytest-django's marker or fixtures, a live server) or are marked for Postgres,
+# Redis or the multi-host engines. CI's Postgres and Redis pass runs these; its embedded pass runs every test, so
+# a test that touches neither runs once.
+TEST_SCOPES = ("all", "backend-dependent")
+BACKEND_MARKERS = ("django_db", "postgres", "redis", "multihost")
+BACKEND_FIXTURES = frozenset({"db", "transactional_db", "django_db_reset_sequences", "live_server"})
+
+
+def touches_backends(item: pytest.Item) -> bool:
+    """Return whether the test's outcome can depend on the database or the transport it runs on."""
+    if any(item.get_closest_marker(marker) is not None for marker in BACKEND_MARKERS):
+        return True
+    return not BACKEND_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    scope = os.environ.get("GPUCLOUD_TESTS", "all")
+    if scope not in TEST_SCOPES:
+        raise pytest.UsageError(f"GPUCLOUD_TESTS={scope!r}: it must be one of {', '.join(TEST_SCOPES)}")
+    if scope == "all":
+        return
+    left = [item for item in items if not touches_backends(item)]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if touches_backends(item)]
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for service in SERVICES:
         if item.get_closest_marker(service) is None:
