@@ -395,19 +395,9 @@ class PoolCapacity:
             return taken
         self._give_back(taken)
         for outside, managers in fabrics.swarms(excluded):
-            taken = self._place_each(models, gpus, replicas, cpu, memory, outside)
-            if taken is None or fabrics.may_share({take.node for take in taken}):
-                if taken is not None:
-                    return taken
-                continue
-            self._give_back(taken)
-            # Spread over workers alone: the first replica goes to a manager (best fit first), the rest anywhere inside.
-            for manager in self._holding_all(models, gpus, 1, cpu, memory, self._everyone_but(managers)):
-                first = self._place_each(models, gpus, 1, cpu, memory, fabrics.alone(manager, excluded))
-                rest = self._place_each(models, gpus, replicas - 1, cpu, memory, outside) if first else None
-                if first and rest is not None:
-                    return first + rest
-                self._give_back(first or [])
+            taken = self._place_in_swarm(models, gpus, replicas, cpu, memory, outside, managers)
+            if taken is not None:
+                return taken
         outside_unbound = fabrics.unbound(excluded)
         if outside_unbound is not None:
             taken = self._place_each(models, gpus, replicas, cpu, memory, outside_unbound)
@@ -419,8 +409,30 @@ class PoolCapacity:
                 return taken
         return None
 
-    def _everyone_but(self, numbers: frozenset[int]) -> frozenset[int]:
-        return frozenset(range(len(self.nodes))) - numbers
+    def _place_in_swarm(
+        self,
+        models: tuple[str, ...],
+        gpus: int,
+        replicas: int,
+        cpu: int,
+        memory: int,
+        outside: frozenset[int],
+        managers: frozenset[int],
+    ) -> list[Take] | None:
+        """Place the gang on nodes of one swarm (all but `outside`), one replica on one of its `managers`."""
+        taken = self._place_each(models, gpus, replicas, cpu, memory, outside)
+        if taken is None or self.fabrics.may_share({take.node for take in taken}):
+            return taken
+        self._give_back(taken)
+        # The best fit spread it over workers alone: the first replica goes to a manager (best fit first).
+        everyone_else = frozenset(range(len(self.nodes))) - managers
+        for manager in self._holding_all(models, gpus, 1, cpu, memory, everyone_else):
+            first = self._place_each(models, gpus, 1, cpu, memory, self.fabrics.alone(manager, outside))
+            rest = self._place_each(models, gpus, replicas - 1, cpu, memory, outside) if first else None
+            if first and rest is not None:
+                return first + rest
+            self._give_back(first or [])
+        return None
 
     def fits_unshared(self, workload: Workload, models: tuple[str, ...]) -> bool:
         """Return whether the gang would fit free capacity now if its nodes did not have to share a fabric."""
