@@ -137,6 +137,8 @@ def as_root() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    for cache in settings.CACHES.values():  # before any cache object is made: tests/cache_keys.py says why
+        cache["KEY_FUNCTION"] = "tests.cache_keys.key"
     config.addinivalue_line("markers", "sshfs: serves a real shared filesystem over sshd and mounts it with sshfs")
     config.addinivalue_line("markers", "registry: serves a private image registry on 127.0.0.1 (docker-registry)")
     config.addinivalue_line("markers", "multihost: builds two Docker engines in one swarm (.ci/multihost-engines)")
@@ -196,11 +198,6 @@ def _test_settings(settings: Any, tmp_path: Path) -> None:
     # A deliberately slow password hash would dominate the suite's run time;
     # the production hasher is what `gpucloud up` (tests/gpucloud/test_up.py) uses.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    # A fresh cache namespace per test, so login throttling and other cached
-    # state never leak between tests, nor between runs sharing one Redis.
-    settings.CACHES = {
-        name: {**config, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"} for name, config in settings.CACHES.items()
-    }
     # django-axes' handler keeps the cache it was made with: setting AXES_HANDLER makes a new one, in this namespace.
     settings.AXES_HANDLER = settings.AXES_HANDLER
     # Login lockout and API throttles are on only in the tests of them (tests/frontend/test_pages.py,
@@ -217,6 +214,24 @@ def _test_settings(settings: Any, tmp_path: Path) -> None:
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
+
+
+@pytest.fixture(autouse=True)
+def _cache_namespace() -> Iterator[None]:
+    """A fresh cache namespace per test, so login throttling and other cached state never leak between tests,
+    nor between runs sharing one Redis: the prefix changes in place, read by tests/cache_keys.py."""
+    caches = settings.CACHES
+    before = {name: config.get("KEY_PREFIX") for name, config in caches.items()}
+    for config in caches.values():
+        config["KEY_PREFIX"] = f"test-{uuid.uuid4().hex}"
+    yield
+    for name, prefix in before.items():
+        if name not in caches:
+            continue
+        if prefix is None:
+            caches[name].pop("KEY_PREFIX", None)
+        else:
+            caches[name]["KEY_PREFIX"] = prefix
 
 
 @pytest.fixture(autouse=True)

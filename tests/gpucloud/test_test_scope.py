@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import subprocess
 import sys
@@ -50,3 +51,23 @@ def test_an_unknown_scope_is_refused() -> None:
     refused = _collect("some")
     assert refused.returncode != 0
     assert "GPUCLOUD_TESTS='some': it must be one of all, backend-dependent" in refused.stdout + refused.stderr
+
+
+# --- each test's cache namespace (tests/cache_keys.py) --------------------------------------------------
+
+CONTEXT_SIZES: list[int] = []
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_each_test_has_a_cache_namespace_of_its_own_and_leaves_no_context_variable_behind(round_: int) -> None:
+    from django.conf import settings
+    from django.core.cache import cache
+
+    prefix = settings.CACHES["default"]["KEY_PREFIX"]
+    assert prefix.startswith("test-")
+    assert cache.make_key("k") == f"{prefix}:1:k", "the key is made with this test's prefix"
+    assert cache.get("written-by-an-earlier-round") is None, "nothing cached by an earlier test is seen"
+    cache.set("written-by-an-earlier-round", round_)
+    CONTEXT_SIZES.append(len(contextvars.copy_context()))
+    # The first use of the cache may set its handler's variable, once; after that no test adds one.
+    assert len(set(CONTEXT_SIZES[1:])) <= 1, f"the main thread's context grew from test to test: {CONTEXT_SIZES}"
