@@ -66,6 +66,13 @@ def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def docker_cli() -> str:
+    """Return the path of the docker client; tests that call it are marked `docker`, which checked it is there."""
+    cli = shutil.which("docker")
+    assert cli is not None, "the docker client is installed"
+    return cli
+
+
 @functools.cache
 def docker_missing() -> str | None:
     """Return why no Docker engine answers here (no CLI, or `docker info` fails), or None when one does."""

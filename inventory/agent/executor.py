@@ -281,8 +281,9 @@ class Executor:
         report = message.get("ended") is not True
         if not handle:
             if report:
-                message_text = "It was not running on the node."
-                self.report("jobs.replica_exited", **ref.ids(), exit_code=None, message=message_text)
+                self.report(
+                    "jobs.replica_exited", **ref.ids(), exit_code=None, message="It was not running on the node."
+                )
             return
         status = runtime.stop(handle, grace_seconds=float(message.get("grace_seconds", 30)), timeout=CALL_TIMEOUT)
         watcher = self._watchers.get(ref.name)

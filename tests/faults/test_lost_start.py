@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from inventory.agent.executor import Executor, driver_spec
 from inventory.drivers.base import Handle, WorkloadSpec
 from inventory.drivers.docker_engine import container_cgroups
 from inventory.drivers.docker_runtime import LOST_RUN_NOTE, DockerRuntime
-from tests.conftest import ROOT, TEST_IMAGE
+from tests.conftest import ROOT, TEST_IMAGE, docker_cli
 from tests.inventory.drivers.conftest import agent_spec, new_spec
 
 # Starts a Docker Engine of its own, so it needs root as dockerd does; without root it fails, never skips.
@@ -201,16 +200,10 @@ def test_an_agent_reports_a_lost_run_with_its_output_as_unobserved(engine: Priva
     runtime.remove(handle, timeout=30)
 
 
-def _docker_cli() -> str:
-    cli = shutil.which("docker")
-    assert cli is not None, "the docker client is installed"
-    return cli
-
-
 def _shared_bridge() -> str:
     """Return the kernel interface of the shared engine's default `bridge` network (docker0 unless configured)."""
     shown = subprocess.run(
-        [_docker_cli(), "network", "inspect", "bridge"], capture_output=True, text=True, check=True, timeout=30
+        [docker_cli(), "network", "inspect", "bridge"], capture_output=True, text=True, check=True, timeout=30
     ).stdout
     return str(json.loads(shown)[0]["Options"].get("com.docker.network.bridge.name", "docker0"))
 
@@ -225,7 +218,7 @@ def test_the_private_engine_leaves_the_shared_engines_bridge_alone(engine: Priva
     engine.start()
     assert Path(f"/sys/class/net/{bridge}").exists()
     built = subprocess.run(
-        [_docker_cli(), "run", "--rm", "--pull", "never", test_image, "true"],
+        [docker_cli(), "run", "--rm", "--pull", "never", test_image, "true"],
         capture_output=True,
         text=True,
         timeout=120,

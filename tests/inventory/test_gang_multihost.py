@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -61,7 +60,7 @@ from jobs.models import Replica, Workload, WorkloadEvent
 from jobs.scheduler.core.explain import SPAN_NOTE
 from tenants.context import Actor
 from tenants.scoping import tenant_scope
-from tests.conftest import ROOT, World
+from tests.conftest import ROOT, World, docker_cli
 from tests.inventory.factories import make_node
 from tests.jobs.factories import assign, give_quota, run_pass_now
 from tests.workers import running_worker, wait_until
@@ -94,14 +93,8 @@ sys.exit(0 if ok else 1)
 """
 
 
-def _docker_cli() -> str:
-    return shutil.which("docker") or "docker"
-
-
 def _docker(url: str, *args: str, timeout: float = 60) -> str:
-    done = subprocess.run(
-        [_docker_cli(), "-H", url, *args], capture_output=True, text=True, timeout=timeout, check=True
-    )
+    done = subprocess.run([docker_cli(), "-H", url, *args], capture_output=True, text=True, timeout=timeout, check=True)
     return done.stdout
 
 
@@ -120,8 +113,8 @@ def engines(test_image: str) -> Iterator[list[str]]:
         urls = up.stdout.split()
         for url in urls:
             for image in (TORCH_IMAGE, test_image):
-                with subprocess.Popen([_docker_cli(), "save", image], stdout=subprocess.PIPE) as save:
-                    subprocess.run([_docker_cli(), "-H", url, "load"], stdin=save.stdout, check=True, timeout=300)
+                with subprocess.Popen([docker_cli(), "save", image], stdout=subprocess.PIPE) as save:
+                    subprocess.run([docker_cli(), "-H", url, "load"], stdin=save.stdout, check=True, timeout=300)
         yield urls
     finally:
         subprocess.run([script, "down", state], timeout=120, check=False)
@@ -461,7 +454,7 @@ def test_idle_gang_networks_past_the_grace_are_pruned_and_young_used_or_foreign_
     finally:
         _docker(manager_url, "rm", "-f", holder)
         for name in (used, foreign):
-            subprocess.run([_docker_cli(), "-H", manager_url, "network", "rm", name], capture_output=True, check=False)
+            subprocess.run([docker_cli(), "-H", manager_url, "network", "rm", name], capture_output=True, check=False)
 
 
 @pytest.mark.multihost

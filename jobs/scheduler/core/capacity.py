@@ -391,7 +391,8 @@ class PoolCapacity:
         """
         taken = self._place_each(models, gpus, replicas, cpu, memory, excluded)
         fabrics = self.fabrics
-        if taken is None or replicas == 1 or fabrics.may_share({take.node for take in taken}):
+        # Checked in this order so that the common case (a pool whose nodes need no swarm) builds no set.
+        if taken is None or replicas == 1 or not fabrics.restricted or fabrics.may_share({t.node for t in taken}):
             return taken
         self._give_back(taken)
         for outside, managers in fabrics.swarms(excluded):
@@ -425,8 +426,7 @@ class PoolCapacity:
             return taken
         self._give_back(taken)
         # The best fit spread it over workers alone: the first replica goes to a manager (best fit first).
-        everyone_else = frozenset(range(len(self.nodes))) - managers
-        for manager in self._holding_all(models, gpus, 1, cpu, memory, everyone_else):
+        for manager in self._holding_all(models, gpus, 1, cpu, memory, self.fabrics.outside(managers)):
             first = self._place_each(models, gpus, 1, cpu, memory, self.fabrics.alone(manager, outside))
             rest = self._place_each(models, gpus, replicas - 1, cpu, memory, outside) if first else None
             if first and rest is not None:

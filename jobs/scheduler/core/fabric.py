@@ -2,8 +2,8 @@
 
 A Docker gang whose replicas run on several nodes talks over an overlay
 network of its own, which only a Docker swarm provides, and only a swarm
-manager can make (docs/gangs.md). So its nodes must all be in one swarm that
-has a manager among the pool's nodes. Each node says where it stands
+manager can make (docs/gangs.md). So its nodes must all be in one swarm, and
+one of them must be a manager of it. Each node says where it stands
 (`model.Node.fabric`): None for a node that needs no such network (the
 process and simulated runtimes: their gangs span any nodes), "" for a
 Docker node in no swarm (its gangs stay on that node), or its swarm's key.
@@ -72,6 +72,10 @@ class Fabrics:
         """Return the nodes to exclude so that a search stays on nodes that need no swarm; None when there are none."""
         return None if self._outside_unbound is None else self._outside_unbound | excluded
 
+    def outside(self, numbers: frozenset[int]) -> frozenset[int]:
+        """Return the pool's nodes but `numbers`: what a search excludes to stay on them."""
+        return self._everyone - numbers
+
     def alone(self, number: int, excluded: frozenset[int]) -> frozenset[int]:
         """Return the nodes to exclude from a search so that it stays on node `number`."""
-        return self._everyone - {number} | excluded
+        return self.outside(frozenset((number,))) | excluded

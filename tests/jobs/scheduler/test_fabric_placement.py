@@ -8,7 +8,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.scheduler.core import Node, Reason, Snapshot, schedule
+from jobs.scheduler.core import Decisions, Node, Reason, Snapshot, schedule
 from jobs.scheduler.core.explain import SPAN_NOTE
 from tests.jobs.scheduler.layouts import job, node, quota, running, snapshot
 from tests.jobs.scheduler.test_core_properties import apply, check_invariants, clusters
@@ -21,8 +21,8 @@ def docker(name: str, swarm: str = "", *, manager: bool = False, used: int = 0, 
     return replace(node(name, used=used, gpus=gpus), fabric=swarm, fabric_manager=manager)
 
 
-def nodes_of(decisions: object, workload: str) -> list[str]:
-    return [replica.node for replica in decisions.placements[workload]]  # type: ignore[attr-defined]
+def nodes_of(decisions: Decisions, workload: str) -> list[str]:
+    return [replica.node for replica in decisions.placements[workload]]
 
 
 def test_without_a_swarm_a_gang_stays_on_one_node_though_best_fit_would_spread_it() -> None:
