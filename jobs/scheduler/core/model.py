@@ -25,10 +25,22 @@ class PlacementPolicy(StrEnum):
 
 
 class Ordering(StrEnum):
-    """How pending work is ordered: hierarchical fair share, or strict FIFO (a baseline for the simulator)."""
+    """The policy of a pass: ours (`fairshare`), or one of the baselines a user would pick instead.
+
+    - `fifo`: strict FIFO, stops at the first workload that does not start;
+    - `backfill`: FIFO order, a workload that does not fit is skipped (greedy backfill, no reservation);
+    - `slurm`: Slurm's multifactor priority (age, job size, fair share with decayed usage) and EASY
+      backfill on the workloads' time limits with a reservation for the top blocked workload of each pool;
+    - `fairshare`: hierarchical fair share with decayed usage, shortest predicted work first inside a
+      project, a reservation for the most urgent blocked workload, and cost-aware reclaim.
+
+    Only `fairshare` preempts.
+    """
 
     FAIRSHARE = "fairshare"
     FIFO = "fifo"
+    BACKFILL = "backfill"
+    SLURM = "slurm"
 
 
 class WorkloadKind(StrEnum):
@@ -189,11 +201,33 @@ class Workload:
     allocation: tuple[ReplicaAllocation, ...] = ()
     storage: frozenset[str] = frozenset()
     checkpointed_at: float | None = None
+    # Time: `limit_s` is the effective limit of one attempt's run time in seconds (its own, else its preset's,
+    # project's or pool's maximum; None: none), enforced by killing it. `predicted_s` is the run time predicted
+    # from similar past work (None: no history). `attained_s` is the run time it already had in earlier attempts
+    # and kept (saved by checkpoints); `preemptions` how often it was preempted so far.
+    limit_s: float | None = None
+    predicted_s: float | None = None
+    attained_s: float = 0.0
+    preemptions: int = 0
 
     @property
     def total_gpus(self) -> int:
         """Return the GPUs the whole gang holds or asks for."""
         return self.gpus * self.replicas
+
+
+def planned_run_s(workload: Workload) -> float | None:
+    """Return the run time a plan should expect from a workload's start: its prediction, capped by its limit.
+
+    The prediction minus what earlier attempts kept, never above the limit
+    (it is killed there); the limit alone without a prediction; None with
+    neither.
+    """
+    limit, predicted = workload.limit_s, workload.predicted_s
+    if predicted is None:
+        return limit
+    left = max(predicted - workload.attained_s, 0.0)
+    return left if limit is None else min(left, limit)
 
 
 def last_saved_at(workload: Workload) -> float | None:
@@ -217,6 +251,37 @@ def lost_work(workload: Workload, now: float) -> float:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerUsage:
+    """An owner's decayed historical usage in a pool, in GPU-seconds, as the caller measured it at `Snapshot.now`.
+
+    `project` None for the tenant's own total. Each past GPU-second counts
+    2^(-age / half-life): the half-life is the pool's (Slurm's
+    PriorityDecayHalfLife), applied by the caller.
+    """
+
+    pool: str
+    tenant: str
+    project: str | None
+    gpu_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmWeights:
+    """The `slurm` baseline's multifactor priority (Slurm's PriorityWeight* and PriorityMaxAge).
+
+    Each factor is in [0, 1]; the priority is their weighted sum. Defaults
+    are the weights commonly set on GPU clusters (fair share weighs most,
+    then age, then size), and PriorityFavorSmall=YES.
+    """
+
+    age: float = 1000.0
+    fairshare: float = 10000.0
+    job_size: float = 1000.0
+    max_age_s: float = 7 * 86400.0
+    favor_small: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """Knobs of a pass. `min_runtime_s`: a workload younger than this is never preempted."""
 
@@ -227,6 +292,17 @@ class SchedulerConfig:
     checkpoint_aware: bool = True
     # The simulator turns explanations off: it needs decisions, not sentences, thousands of times.
     explain: bool = True
+    # A workload preempted this often is protected from further preemption.
+    max_preemptions: int = 3
+    # Run time a preempted workload pays again when it restarts: part of what a preemption costs.
+    restart_overhead_s: float = 60.0
+    # How much decayed historical usage weighs in the fair-share rank against what an owner holds now.
+    history_weight: float = 1.0
+    # A reservation for the top blocked workload of each pool (EASY backfill); off: greedy backfill only.
+    reservations: bool = True
+    # Start-time estimates for every waiting workload (the simulator turns them off when it does not measure them).
+    estimates: bool = True
+    slurm: SlurmWeights = field(default_factory=SlurmWeights)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +320,8 @@ class Snapshot:
     # Budgets in force in their current period; those used up with a hard action of stop_borrowing or
     # stop_running hold their owner's work back (`budgets.py`).
     budgets: tuple[BudgetState, ...] = ()
+    # Decayed historical usage per owner and pool (absent: none).
+    usage: tuple[OwnerUsage, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +334,8 @@ class Preemption:
     for_workload: str
     lost_gpu_seconds: float = 0.0
     detail: str = ""
+    # GPU-seconds of restart overhead the victim pays again (GPUs x `SchedulerConfig.restart_overhead_s`).
+    overhead_gpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +349,24 @@ class Waiting:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """GPUs held from `start_at` for a blocked workload: work that would still run then may not take them."""
+
+    workload: str
+    pool: str
+    start_at: float
+    allocation: tuple[ReplicaAllocation, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """When a waiting workload is expected to start, and the assumption it rests on (`basis`, a sentence)."""
+
+    start_at: float
+    basis: str
+
+
+@dataclass(frozen=True, slots=True)
 class Decisions:
     """What a pass decided. `fair_shares` maps (pool, tenant) to the GPUs that tenant is entitled to now."""
 
@@ -276,3 +374,6 @@ class Decisions:
     preemptions: tuple[Preemption, ...]
     waiting: Mapping[str, Waiting]
     fair_shares: Mapping[tuple[str, str], float]
+    reservations: tuple[Reservation, ...] = ()
+    # Per waiting workload id (none for a workload that can never start as things stand).
+    estimates: Mapping[str, Estimate] = field(default_factory=dict)
