@@ -77,6 +77,23 @@ class Workload(TenantOwnedModel):
     lost_gpu_seconds = models.FloatField(default=0.0)
     lab_path = models.CharField(max_length=500, blank=True)
 
+    # Time (issue 31). The run time predicted at submission from similar finished work (None: no history yet;
+    # `jobs.services.predictions`) and the sentence it rests on; once it ends, its run time (this attempt's plus
+    # what earlier ones kept) and the prediction's relative error, (actual - predicted) / predicted. How often it
+    # was preempted, and the run seconds its checkpoints kept across those preemptions. While it waits, the
+    # scheduler's estimate of its start and the assumption behind it; the GPUs reserved for it from
+    # `reserved_from`, as [{"node": name, "gpus": [uuid, ...]}] per replica ([]: none reserved).
+    predicted_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
+    prediction_basis = models.CharField(max_length=200, blank=True)
+    run_seconds = models.FloatField(null=True, blank=True)
+    prediction_error = models.FloatField(null=True, blank=True)
+    preemptions = models.PositiveIntegerField(default=0)
+    attained_seconds = models.FloatField(default=0.0)
+    estimated_start_at = models.DateTimeField(null=True, blank=True)
+    estimate_basis = models.TextField(blank=True)
+    reserved_from = models.DateTimeField(null=True, blank=True)
+    reserved_gpus = models.JSONField(default=list, blank=True)
+
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     # A digest of the normalized request: a retried key with another body is refused, not answered.
     request_fingerprint = models.CharField(max_length=64, blank=True)
@@ -95,6 +112,12 @@ class Workload(TenantOwnedModel):
                 fields=["owner", "pool"],
                 condition=Q(kind="notebook", state__in=["pending", "scheduled", "starting", "running", "preempted"]),
                 name="workload_live_notebooks",
+            ),
+            # Run-time predictions read a project's latest succeeded runs of one GPU shape.
+            models.Index(
+                fields=["project", "gpus_per_replica", "replicas", "-finished_at"],
+                condition=Q(state="succeeded", run_seconds__isnull=False),
+                name="workload_finished_runs",
             ),
         ]
         constraints = [

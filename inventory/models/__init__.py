@@ -9,6 +9,8 @@ from django.utils import timezone
 from inventory.choices import GpuHealth, MigMode, NodeKind, NodeState, PlacementPolicy, RuntimeKind
 from tenants.models import SLUG_RULE
 
+DEFAULT_USAGE_HALF_LIFE_SECONDS = 7 * 24 * 3600
+
 
 class NodePool(models.Model):
     """A group of nodes that quotas are expressed against.
@@ -25,6 +27,9 @@ class NodePool(models.Model):
     placement_policy = models.CharField(max_length=20, choices=PlacementPolicy.choices, default=PlacementPolicy.BINPACK)
     # Seconds a stopped or preempted workload gets between SIGTERM and SIGKILL; empty means the default.
     stop_grace_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # How fast past use stops counting in fair share: a GPU-second used this long ago weighs half (Slurm's
+    # PriorityDecayHalfLife, whose default of 7 days it takes); 0: history counts for nothing.
+    usage_half_life_seconds = models.PositiveIntegerField(default=DEFAULT_USAGE_HALF_LIFE_SECONDS)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
