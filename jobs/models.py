@@ -187,6 +187,10 @@ class WorkloadEvent(TenantOwnedModel):
     to_state = models.CharField(max_length=16, blank=True)
     reason_code = models.CharField(max_length=40, blank=True)
     message = models.TextField(blank=True)
+    # A preemption's cost in GPU-seconds, as its message words it: the work it threw away since the last
+    # checkpoint, and the restart overhead the victim pays again (None on other events).
+    lost_gpu_seconds = models.FloatField(null=True, blank=True)
+    overhead_gpu_seconds = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

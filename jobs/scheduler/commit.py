@@ -6,14 +6,21 @@ its grace period; one that never launched is released and requeued at
 once), then placements (rows locked and re-checked, allocations written —
 the partial unique index makes a double allocation a database error —
 and launches enqueued on commit), then the reasons and queue positions of
-the workloads left waiting, written only where they changed.
+the workloads left waiting, and their start estimates and reservations,
+each written only where it changed (a placed workload's are cleared).
+
+A preemption's cost is recorded three ways: the victim's totals
+(`lost_gpu_seconds`, `preemptions`, and `attained_seconds`, the progress its
+checkpoint saved in the attempt that ends), the numbers on its `preempted`
+event, and the sentence its owner reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any
 
 from django.db.models import F
 
@@ -40,10 +47,11 @@ def commit(decisions: core.Decisions, ledger: Ledger, now: datetime, result: Pas
     held = _preempt(decisions.preemptions, ledger, now, result)
     _place(decisions.placements, ledger, now, result, held)
     reasons_changed = _record_waiting(decisions.waiting, ledger, result)
+    plans_changed = _record_plans(decisions, ledger, now)
     # Live streams hear of it after commit: one message per tenant for the rows, one per moved workload,
     # and one per node whose GPUs changed hands (a workload skipped above is announced unchanged: harmless).
     moved = [int(p.victim) for p in decisions.preemptions] + [int(key) for key in decisions.placements]
-    live.publish_workload_changes([*moved, *reasons_changed], state_changed=moved)
+    live.publish_workload_changes(sorted({*moved, *reasons_changed, *plans_changed}), state_changed=moved)
     live.publish_gpus_allocated(r.node for replicas in decisions.placements.values() for r in replicas)
 
 
@@ -89,8 +97,14 @@ def _preempt(preemptions: tuple[core.Preemption, ...], ledger: Ledger, now: date
 def _requeue_or_end(row: Row, preemption: core.Preemption, now: datetime, *, stopping: bool) -> list[WorkloadEvent]:
     code, message = preemption.reason.value, _preemption_message(preemption)
     preempted = _event(row, row["state"], WorkloadState.PREEMPTED, code, message, now)
+    preempted.lost_gpu_seconds = preemption.lost_gpu_seconds
+    preempted.overhead_gpu_seconds = preemption.overhead_gpu_seconds
     victim = Workload.all_tenants.filter(pk=row["id"])
-    victim.update(lost_gpu_seconds=F("lost_gpu_seconds") + preemption.lost_gpu_seconds)
+    victim.update(
+        lost_gpu_seconds=F("lost_gpu_seconds") + preemption.lost_gpu_seconds,
+        preemptions=F("preemptions") + 1,
+        attained_seconds=F("attained_seconds") + kept_seconds(row),
+    )
     if stopping:
         victim.update(
             state=WorkloadState.PREEMPTED,
@@ -119,8 +133,17 @@ def _requeue_or_end(row: Row, preemption: core.Preemption, now: datetime, *, sto
     return [preempted, requeued]
 
 
+def kept_seconds(row: Row) -> float:
+    """Return the run seconds a preempted workload keeps from the attempt that ends: from its start to its latest
+    checkpoint of this attempt (0 without one; a checkpoint older than the start belongs to an earlier attempt)."""
+    started, checkpointed = row["started_at"] or row["scheduled_at"], row["checkpointed_at"]
+    if started is None or checkpointed is None or checkpointed < started:
+        return 0.0
+    return (checkpointed - started).total_seconds()
+
+
 def _preemption_message(preemption: core.Preemption) -> str:
-    cost = _cost(preemption.lost_gpu_seconds)
+    cost = _cost(preemption.lost_gpu_seconds, preemption.overhead_gpu_seconds)
     if preemption.reason is core.Reason.BUDGET:
         return f"Stopped: {preemption.detail} {cost}"
     if preemption.reason is core.Reason.PRIORITY:
@@ -131,13 +154,23 @@ def _preemption_message(preemption: core.Preemption) -> str:
     )
 
 
-def _cost(gpu_seconds: float) -> str:
-    """Return the sentence that says how much work a preemption threw away (since the last checkpoint)."""
-    if gpu_seconds <= 0:
-        return "It loses no work."
+def _cost(lost_gpu_seconds: float, overhead_gpu_seconds: float = 0.0) -> str:
+    """Return the sentences that say what a preemption costs: the work thrown away since the last checkpoint,
+    and the restart overhead paid again."""
+    lost = (
+        f"It loses {gpu_time(lost_gpu_seconds)} of work since its last checkpoint (or its start)."
+        if lost_gpu_seconds > 0
+        else "It loses no work."
+    )
+    if overhead_gpu_seconds <= 0:
+        return lost
+    return f"{lost} Restarting costs another {gpu_time(overhead_gpu_seconds)}."
+
+
+def gpu_time(gpu_seconds: float) -> str:
+    """Return GPU-seconds in words: GPU-hours from one hour on, else whole GPU-minutes."""
     hours = gpu_seconds / 3600
-    amount = f"{hours:.1f} GPU-hours" if hours >= 1 else f"{gpu_seconds / 60:.0f} GPU-minutes"
-    return f"It loses {amount} of work since its last checkpoint (or its start)."
+    return f"{hours:.1f} GPU-hours" if hours >= 1 else f"{gpu_seconds / 60:.0f} GPU-minutes"
 
 
 def _lock_in_state(ids: list[int], states: Iterable[str]) -> set[int]:
@@ -177,6 +210,10 @@ def _place(
         reason_message="",
         reason_hint="",
         queue_position=None,
+        estimated_start_at=None,
+        estimate_basis="",
+        reserved_from=None,
+        reserved_gpus=[],
     )
     allocations: list[Allocation] = []
     events: list[WorkloadEvent] = []
@@ -241,6 +278,63 @@ def _record_waiting(waiting: Mapping[str, core.Waiting], ledger: Ledger, result:
         return []
     sql.record_reasons(rows, pending=WorkloadState.PENDING.value)
     return [row[-1] for row in rows]
+
+
+# An estimate or reservation that moved less than this (all else the same) is not written again: passes run
+# every second, and the time a plan rests on moves with them.
+ESTIMATE_SLACK_SECONDS = 60.0
+
+
+def _record_plans(decisions: core.Decisions, ledger: Ledger, now: datetime) -> list[int]:
+    """Write the start estimate and reservation of each pending workload whose values changed; return their ids.
+
+    A waiting workload without an estimate, and a pending one without a
+    reservation, has its old one cleared. Only pending rows are touched.
+    """
+    reserved = {r.workload: r for r in decisions.reservations}
+    rows = []
+    for key, current in ledger.workloads.items():
+        if current["state"] != WorkloadState.PENDING or key in decisions.placements:
+            continue
+        estimate = _estimate(decisions.estimates.get(key))
+        reservation = _reservation(reserved.get(key))
+        if _plan_changed(current, estimate, reservation):
+            rows.append((*estimate, *reservation, current["id"]))
+    if rows:
+        sql.record_plans(rows, pending=WorkloadState.PENDING.value)
+    return [row[-1] for row in rows]
+
+
+def _estimate(estimate: core.Estimate | None) -> tuple[datetime | None, str]:
+    if estimate is None:
+        return None, ""
+    return datetime.fromtimestamp(estimate.start_at, tz=UTC), estimate.basis
+
+
+def _reservation(reservation: core.Reservation | None) -> tuple[datetime | None, list[dict[str, Any]]]:
+    if reservation is None:
+        return None, []
+    held = [{"node": replica.node, "gpus": list(replica.gpu_uuids)} for replica in reservation.allocation]
+    return datetime.fromtimestamp(reservation.start_at, tz=UTC), held
+
+
+def _plan_changed(
+    current: Row,
+    estimate: tuple[datetime | None, str],
+    reservation: tuple[datetime | None, list[dict[str, Any]]],
+) -> bool:
+    """Return whether a workload's stored estimate or reservation differs from the new one (times within
+    ESTIMATE_SLACK_SECONDS count as the same)."""
+    (start, basis), (since, held) = estimate, reservation
+    if current["estimate_basis"] != basis or (current["reserved_gpus"] or []) != held:
+        return True
+    return _moved(current["estimated_start_at"], start) or _moved(current["reserved_from"], since)
+
+
+def _moved(stored: datetime | None, new: datetime | None) -> bool:
+    if stored is None or new is None:
+        return (stored is None) != (new is None)
+    return abs((stored - new).total_seconds()) >= ESTIMATE_SLACK_SECONDS
 
 
 def _event(row: Row, from_state: str, to_state: str, reason_code: str, message: str, now: datetime) -> WorkloadEvent:

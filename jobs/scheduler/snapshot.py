@@ -14,6 +14,7 @@ from typing import Any
 
 from accounting.budget_choices import HardAction
 from accounting.budgets import budget_states
+from accounting.selectors.decayed import decayed_gpu_seconds
 from inventory.choices import GpuHealth, NodeState, RuntimeKind, StorageKind
 from inventory.models import Gpu, Node, NodePool, StorageBackend
 from inventory.services.mounts import storage_needs
@@ -53,31 +54,64 @@ def build_snapshot(*, now: datetime, config: core.SchedulerConfig) -> tuple[core
     """Return the snapshot of the ledger at `now`, and the ids the commit needs.
 
     Seven queries, two more for the storage backends, three more for
-    where pending work's volumes are when there is pending work, and one
+    where pending work's volumes are when there is pending work, one
     for the budgets the core enforces (one more per period in use when
-    there are some: `accounting.budgets`).
+    there are some: `accounting.budgets`), and up to four for the decayed
+    usage (`accounting.selectors.decayed`: none when no pool keeps history).
+
+    Each workload's time: `limit_s` is its own maximum runtime (set at
+    submission from its spec, preset or quota), else its project's, else its
+    tenant's quota maximum in its pool; `predicted_s` the prediction stored
+    at submission (`jobs.services.predictions`); `attained_s` and
+    `preemptions` as its row keeps them.
     """
     ledger = Ledger()
-    pools = list(NodePool.objects.values("id", "name", "placement_policy", "dedicated_tenant__slug"))
+    pools = list(
+        NodePool.objects.values("id", "name", "placement_policy", "dedicated_tenant__slug", "usage_half_life_seconds")
+    )
     pool_names = {pool["id"]: pool["name"] for pool in pools}
+    quotas = _Quotas.read(pool_names)
     workloads = _workload_rows()
     allocations = _active_allocations()
     nodes = _nodes(pool_names, workloads, allocations, ledger)
     with_nodes = {node.pool for node in nodes}
     in_service = {node.pool for node in nodes if node.schedulable}
-    pending, running = _workloads(workloads, allocations, pool_names, ledger)
+    pending, running = _workloads(workloads, allocations, pool_names, quotas, ledger)
     snapshot = core.Snapshot(
         now=now.timestamp(),
         pools=tuple(_pool(pool, with_nodes, in_service) for pool in pools),
         nodes=tuple(nodes),
-        tenant_quotas=_tenant_quotas(pool_names),
-        project_quotas=_project_quotas(pool_names),
+        tenant_quotas=quotas.tenants,
+        project_quotas=quotas.projects,
         running=tuple(running),
         pending=tuple(pending),
         config=config,
         budgets=_budgets(now),
+        usage=_usage(now, pools, quotas, workloads),
     )
     return snapshot, ledger
+
+
+def _usage(now: datetime, pools: list[Row], quotas: _Quotas, workloads: list[Row]) -> tuple[core.OwnerUsage, ...]:
+    """Return each owner's decayed usage per pool: its projects' and, summed, the tenant's own (`project` None).
+
+    Owners are named from the quotas and the workloads already read; one with
+    neither holds nothing and asks for nothing, so the core needs none of its history.
+    """
+    found = decayed_gpu_seconds(now=now, half_lives={pool["id"]: pool["usage_half_life_seconds"] for pool in pools})
+    tenants = {**quotas.tenant_slugs, **{row["tenant_id"]: row["tenant__slug"] for row in workloads}}
+    projects = {**quotas.project_slugs, **{row["project_id"]: row["project__slug"] for row in workloads}}
+    pool_names = {pool["id"]: pool["name"] for pool in pools}
+    by_tenant: dict[tuple[str, str], float] = defaultdict(float)
+    usage = []
+    for (pool_id, tenant_id, project_id), seconds in sorted(found.items()):
+        if tenant_id not in tenants or project_id not in projects:
+            continue
+        pool, tenant = pool_names[pool_id], tenants[tenant_id]
+        usage.append(core.OwnerUsage(pool, tenant, projects[project_id], seconds))
+        by_tenant[pool, tenant] += seconds
+    usage += [core.OwnerUsage(pool, tenant, None, seconds) for (pool, tenant), seconds in sorted(by_tenant.items())]
+    return tuple(usage)
 
 
 def _budgets(now: datetime) -> tuple[core.BudgetState, ...]:
@@ -106,6 +140,11 @@ def _pool(row: Row, with_nodes: set[str], in_service: set[str]) -> core.Pool:
         dedicated_tenant=row["dedicated_tenant__slug"],
         cordoned=row["name"] in with_nodes and row["name"] not in in_service,
     )
+
+
+# A workload's time as the core reads it, and the estimate and reservation the commit compares against.
+_TIME_FIELDS = ("max_runtime_seconds", "predicted_runtime_seconds", "attained_seconds", "preemptions")
+_TIME_FIELDS += ("estimated_start_at", "estimate_basis", "reserved_from", "reserved_gpus")
 
 
 def _workload_rows() -> list[Row]:
@@ -137,6 +176,7 @@ def _workload_rows() -> list[Row]:
             "reason_hint",
             "queue_position",
             "checkpointed_at",
+            *_TIME_FIELDS,
         )
     )
 
@@ -229,6 +269,7 @@ def _workloads(
     rows: list[Row],
     allocations: list[Row],
     pool_names: dict[int, str],
+    quotas: _Quotas,
     ledger: Ledger,
 ) -> tuple[list[core.Workload], list[core.Workload]]:
     """Return (pending, running) core workloads; running ones carry their allocation per replica."""
@@ -247,18 +288,19 @@ def _workloads(
         ledger.workloads[str(row["id"])] = row
         if row["state"] == WorkloadState.PENDING:
             storage = needs.get((row["owner_id"], row["project_id"]), frozenset())
-            pending.append(_workload(row, pool_names, (), storage))
+            pending.append(_workload(row, pool_names, quotas, (), storage))
         else:
             placed = tuple(
                 core.ReplicaAllocation(node, tuple(gpus)) for _, (node, gpus) in sorted(replicas[row["id"]].items())
             )
-            running.append(_workload(row, pool_names, placed))
+            running.append(_workload(row, pool_names, quotas, placed))
     return pending, running
 
 
 def _workload(
     row: Row,
     pool_names: dict[int, str],
+    quotas: _Quotas,
     allocation: tuple[core.ReplicaAllocation, ...],
     storage: frozenset[str] = frozenset(),
 ) -> core.Workload:
@@ -281,31 +323,75 @@ def _workload(
         allocation=allocation,
         storage=storage,
         checkpointed_at=checkpointed.timestamp() if checkpointed else None,
+        limit_s=quotas.limit_of(row),
+        predicted_s=row["predicted_runtime_seconds"],
+        attained_s=row["attained_seconds"],
+        preemptions=row["preemptions"],
     )
 
 
-def _tenant_quotas(pool_names: dict[int, str]) -> tuple[core.TenantQuota, ...]:
-    rows = TenantQuota.all_tenants.order_by("tenant_id", "pool_id").values(
-        "tenant__slug", "pool_id", "guaranteed", "limit", "weight"
-    )
-    return tuple(
-        core.TenantQuota(r["tenant__slug"], pool_names[r["pool_id"]], r["guaranteed"], r["limit"], float(r["weight"]))
-        for r in rows
-    )
+@dataclass(frozen=True)
+class _Quotas:
+    """The quotas as the core reads them, with their owners' names and maximum runtimes by (owner id, pool id)."""
 
+    tenants: tuple[core.TenantQuota, ...]
+    projects: tuple[core.ProjectQuota, ...]
+    tenant_slugs: dict[int, str]
+    project_slugs: dict[int, str]
+    tenant_runtimes: dict[tuple[int, int], int]
+    project_runtimes: dict[tuple[int, int], int]
 
-def _project_quotas(pool_names: dict[int, str]) -> tuple[core.ProjectQuota, ...]:
-    rows = ProjectQuota.all_tenants.order_by("project_id", "pool_id").values(
-        "project__slug", "tenant__slug", "pool_id", "guaranteed", "limit", "weight"
-    )
-    return tuple(
-        core.ProjectQuota(
-            r["project__slug"],
-            r["tenant__slug"],
-            pool_names[r["pool_id"]],
-            r["guaranteed"],
-            r["limit"],
-            float(r["weight"]),
+    @classmethod
+    def read(cls, pool_names: dict[int, str]) -> _Quotas:
+        """Read every tenant's and project's quota: two queries."""
+        tenant_rows = list(
+            TenantQuota.all_tenants.order_by("tenant_id", "pool_id").values(
+                "tenant_id", "tenant__slug", "pool_id", "guaranteed", "limit", "weight", "max_runtime_seconds"
+            )
         )
-        for r in rows
+        project_rows = list(
+            ProjectQuota.all_tenants.order_by("project_id", "pool_id").values(
+                "project_id",
+                "project__slug",
+                "tenant__slug",
+                "pool_id",
+                "guaranteed",
+                "limit",
+                "weight",
+                "max_runtime_seconds",
+            )
+        )
+        return cls(
+            tenants=tuple(_tenant_quota(row, pool_names) for row in tenant_rows),
+            projects=tuple(_project_quota(row, pool_names) for row in project_rows),
+            tenant_slugs={row["tenant_id"]: row["tenant__slug"] for row in tenant_rows},
+            project_slugs={row["project_id"]: row["project__slug"] for row in project_rows},
+            tenant_runtimes=_runtimes(tenant_rows, "tenant_id", "max_runtime_seconds"),
+            project_runtimes=_runtimes(project_rows, "project_id", "max_runtime_seconds"),
+        )
+
+    def limit_of(self, row: Row) -> float | None:
+        """Return a workload's effective time limit in seconds: its own, else its project's or tenant's quota
+        maximum in its pool; None: none."""
+        seconds = row["max_runtime_seconds"]
+        if seconds is None:
+            seconds = self.project_runtimes.get((row["project_id"], row["pool_id"]))
+        if seconds is None:
+            seconds = self.tenant_runtimes.get((row["tenant_id"], row["pool_id"]))
+        return float(seconds) if seconds is not None else None
+
+
+def _runtimes(rows: list[Row], owner: str, name: str) -> dict[tuple[int, int], int]:
+    return {(row[owner], row["pool_id"]): row[name] for row in rows if row[name] is not None}
+
+
+def _tenant_quota(r: Row, pool_names: dict[int, str]) -> core.TenantQuota:
+    return core.TenantQuota(
+        r["tenant__slug"], pool_names[r["pool_id"]], r["guaranteed"], r["limit"], float(r["weight"])
+    )
+
+
+def _project_quota(r: Row, pool_names: dict[int, str]) -> core.ProjectQuota:
+    return core.ProjectQuota(
+        r["project__slug"], r["tenant__slug"], pool_names[r["pool_id"]], r["guaranteed"], r["limit"], float(r["weight"])
     )

@@ -17,9 +17,14 @@ from django.db.models import F
 from django.utils import timezone
 
 from jobs import live
-from jobs.choices import WorkloadState, can_transition
+from jobs.choices import WorkloadKind, WorkloadState, can_transition
 from jobs.models import Allocation, Workload, WorkloadEvent
+from jobs.services import predictions
 from notifications.services import notify_workload_ended
+
+# What an ending job's run time and its prediction's error are computed from (`predictions.finished_fields`).
+_RUN_FIELDS = ("started_at", "scheduled_at", "attained_seconds", "predicted_runtime_seconds")
+_RUN_FIELDS += ("project_id", "gpus_per_replica", "replicas")
 
 
 def next_attempt_fields() -> dict[str, Any]:
@@ -80,13 +85,15 @@ def transition_workload(
     row = (
         Workload.all_tenants.select_for_update()
         .filter(pk=workload_id, state__in=sources)
-        .values("tenant_id", "state", "owner_id", "name", "kind")
+        .values("tenant_id", "state", "owner_id", "name", "kind", *_RUN_FIELDS)
         .first()
     )
     if row is None:
         return False
     now = timezone.now()
     changes = {"reason_code": reason_code, "reason_message": message, "updated_at": now, **fields}
+    if target in (WorkloadState.SUCCEEDED, WorkloadState.FAILED):
+        changes = {**predictions.finished_fields(row, target, now), **changes}
     moved = Workload.all_tenants.filter(pk=workload_id, state=row["state"]).update(state=target, **changes)
     if moved != 1:
         return False
@@ -105,6 +112,11 @@ def transition_workload(
             tenant_id=row["tenant_id"], owner_id=row["owner_id"], workload_id=workload_id, name=row["name"],
             workload_kind=row["kind"], failed=target == WorkloadState.FAILED, reason_code=reason_code, message=message,
         )  # fmt: skip
+    if target == WorkloadState.SUCCEEDED and row["kind"] == WorkloadKind.JOB:
+        # A run of their shape finished: jobs waiting without a prediction may have one now.
+        predictions.predict_waiting_like(
+            project_id=row["project_id"], gpus_per_replica=row["gpus_per_replica"], replicas=row["replicas"]
+        )
     live.publish_workload_changes([workload_id], state_changed=[workload_id])
     return True
 

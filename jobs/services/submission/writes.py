@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -11,6 +13,7 @@ from common import bulk
 from jobs import live, sql
 from jobs.choices import WorkloadEventKind, WorkloadKind, WorkloadState
 from jobs.models import Workload
+from jobs.services import predictions
 from jobs.services.spec import WorkloadSpec
 from jobs.services.submission.pending import Pending, Submission
 from jobs.services.submission.replays import item_keys
@@ -27,12 +30,15 @@ def insert(pending: list[Pending]) -> None:
     if not pending:
         return
     now = timezone.now()
+    predicted = predictions.submission_fields(
+        filter(None, (_work_key(item, spec) for item in pending for spec in item.specs))
+    )
     rows: list[Workload] = []
     for item in pending:
         key = item.request.idempotency_key
         keys: list[str | None] = list(item_keys(key, len(item.specs))) if key is not None else [None] * len(item.specs)
         rows.extend(
-            _workload(item.project, item.user, spec, item_key, item.digest, now)
+            _workload(item.project, item.user, spec, item_key, item.digest, now, predicted.get(_work_key(item, spec)))
             for spec, item_key in zip(item.specs, keys, strict=True)
         )
     workloads = bulk.insert(rows)
@@ -58,6 +64,13 @@ def insert(pending: list[Pending]) -> None:
     live.publish_new_workloads(workloads)
 
 
+def _work_key(item: Pending, spec: WorkloadSpec) -> predictions.WorkKey | None:
+    """Return what a job's run-time prediction looks up; None for a notebook (never predicted: `predictions`)."""
+    if spec.kind != WorkloadKind.JOB:
+        return None
+    return predictions.WorkKey(item.project.pk, item.user.pk, spec.image, spec.gpus_per_replica, spec.replicas)
+
+
 def _insert_submitted_events(workload_ids: list[int], now: datetime) -> None:
     """Write each workload's `workload.submitted` event in one INSERT ... SELECT from the rows just written.
 
@@ -72,7 +85,13 @@ def _insert_submitted_events(workload_ids: list[int], now: datetime) -> None:
 
 
 def _workload(
-    project: Project, owner: User, spec: WorkloadSpec, key: str | None, digest: str, now: datetime
+    project: Project,
+    owner: User,
+    spec: WorkloadSpec,
+    key: str | None,
+    digest: str,
+    now: datetime,
+    predicted: Mapping[str, Any] | None,
 ) -> Workload:
     workload = bulk.new(
         Workload,
@@ -103,6 +122,7 @@ def _workload(
             "updated_at": now,
             "idempotency_key": key,
             "request_fingerprint": digest,
+            **(predicted or {}),
         },
     )
     # The related rows every answer renders, already in hand.
