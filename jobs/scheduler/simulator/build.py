@@ -6,17 +6,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from jobs.scheduler.core import Gpu, Node, ProjectQuota, TenantQuota, Workload
-from jobs.scheduler.simulator.traces import TraceJob, TraceNode
+from jobs.scheduler.simulator.traces import DEFAULT_POOL, TraceJob, TraceNode
 
-POOL = "default"
+POOL = DEFAULT_POOL
 
 
-def core_nodes(nodes: Iterable[TraceNode], pool: str = POOL) -> tuple[Node, ...]:
-    """Return the trace's nodes as the core's, every GPU healthy and free."""
+def core_nodes(nodes: Iterable[TraceNode]) -> tuple[Node, ...]:
+    """Return the trace's nodes as the core's, each in its pool, every GPU healthy and free."""
     return tuple(
         Node(
             name=n.name,
-            pool=pool,
+            pool=n.pool,
             cpu_milli=n.cpu_milli,
             memory_mib=n.memory_mib,
             cpu_free_milli=n.cpu_milli,
@@ -57,17 +57,20 @@ def default_quotas(
     return tenants, projects
 
 
-def pending_workload(job: TraceJob, pool: str = POOL) -> Workload:
-    """Return a trace job as a pending workload of its tenant's single project."""
+def pending_workload(job: TraceJob, limit_s: float | None = None, predicted_s: float | None = None) -> Workload:
+    """Return a trace job as a pending workload of its project, with the limit it was submitted with and the
+    run time predicted for it: what a policy may know of its duration (never the true run time)."""
     return Workload(
         id=job.id,
         tenant=job.tenant,
-        project=job.tenant,
-        pool=pool,
+        project=job.project_name,
+        pool=job.pool,
         submitted_at=job.submitted_at,
         gpus=job.gpus,
         replicas=job.replicas,
         models=job.models,
         cpu_milli=job.cpu_milli,
         memory_mib=job.memory_mib,
+        limit_s=limit_s,
+        predicted_s=predicted_s,
     )

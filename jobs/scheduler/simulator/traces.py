@@ -1,11 +1,14 @@
 """Loaders for the two real traces in ../shared/data/traces/ (see their README).
 
 Both become the same thing: a list of GPU nodes and a list of `TraceJob`s
-(who submits what, when, and for how long it runs once started).
+(who submits what, when, and for how long it runs once started). A third
+source, the console's own database, is read by `console.py`.
 
 Philly-derived (Gavel's per-team streams): each file is a team, which becomes
 a tenant; nodes are 8-GPU V100s; run time = total_steps / throughput, with
-throughput = simulation_throughputs.json["v100"][repr((job_type, gpus))]["null"].
+throughput = simulation_throughputs.json["v100"][repr((job_type, gpus))]["null"];
+the job type (field 0, e.g. "Transformer (batch size 128)") is its `image`,
+what the run-time predictor groups similar work by.
 Rule for the ~1,550 jobs without an entry for their GPU count: the single-GPU
 throughput of the same job type times the GPU count (linear scaling, an
 optimistic assumption). A job of more than 8 GPUs is a gang of the fewest
@@ -25,20 +28,25 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.scheduler.core import Pool
+
 PHILLY_NODE_GPUS = 8
 PHILLY_MODEL = "V100"
 ALIBABA_TENANTS = 10
+# The one pool of a trace that names none (both real traces).
+DEFAULT_POOL = "default"
 
 
 @dataclass(frozen=True, slots=True)
 class TraceNode:
-    """A node of the simulated cluster."""
+    """A node of the simulated cluster, in `pool`."""
 
     name: str
     gpus: int
     model: str
     cpu_milli: int
     memory_mib: int
+    pool: str = DEFAULT_POOL
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +55,10 @@ class TraceJob:
 
     `checkpoint_interval_s`: seconds between its checkpoints when the trace
     says (0: never); None leaves it to the simulation's settings. Neither
-    real trace says.
+    real trace says. `limit_s`: the time limit it was submitted with when the
+    trace records one (the console does); None: the simulation draws one
+    (`users.LimitModel`). `image` is what it runs (Philly: the job type),
+    `project` its project ("" for the tenant's own, named like the tenant).
     """
 
     id: str
@@ -60,6 +71,15 @@ class TraceJob:
     memory_mib: int = 0
     models: frozenset[str] = frozenset()
     checkpoint_interval_s: float | None = None
+    image: str = ""
+    project: str = ""
+    pool: str = DEFAULT_POOL
+    limit_s: float | None = None
+
+    @property
+    def project_name(self) -> str:
+        """Return its project's name: its own, else its tenant's."""
+        return self.project or self.tenant
 
     @property
     def total_gpus(self) -> int:
@@ -69,11 +89,19 @@ class TraceJob:
 
 @dataclass(frozen=True, slots=True)
 class Trace:
-    """A cluster and the jobs to replay on it."""
+    """A cluster and the jobs to replay on it; `pools` the nodes' pools when they are not all plain defaults."""
 
     name: str
     nodes: tuple[TraceNode, ...]
     jobs: tuple[TraceJob, ...]
+    pools: tuple[Pool, ...] = ()
+
+    def core_pools(self) -> tuple[Pool, ...]:
+        """Return the pools a snapshot names: `pools`, else one default pool per pool its nodes and jobs name."""
+        if self.pools:
+            return self.pools
+        names = {n.pool for n in self.nodes} | {j.pool for j in self.jobs}
+        return tuple(Pool(name) for name in sorted(names))
 
 
 def load_trace(directory: Path, gpus: int, limit_jobs: int | None = None) -> Trace:
@@ -110,7 +138,8 @@ def load_philly(directory: Path, gpus: int, limit_jobs: int | None = None) -> Tr
             job_type, total_steps, arrival, scale = fields[0], int(fields[4]), float(fields[5]), int(fields[6])
             per_replica, replicas = gang_shape(scale)
             duration = total_steps / philly_throughput(table, job_type, scale)
-            jobs.append(TraceJob(f"{path.stem}-{number}", path.stem, arrival, duration, per_replica, replicas))
+            job_id = f"{path.stem}-{number}"
+            jobs.append(TraceJob(job_id, path.stem, arrival, duration, per_replica, replicas, image=job_type))
     jobs.sort(key=lambda j: (j.submitted_at, j.id))
     nodes = tuple(
         TraceNode(f"v100-{i:04d}", PHILLY_NODE_GPUS, PHILLY_MODEL, 64_000, 512_000)

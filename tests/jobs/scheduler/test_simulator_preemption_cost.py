@@ -65,7 +65,8 @@ def test_a_job_started_at_time_zero_without_a_checkpoint_loses_all_its_progress(
     # b1 alone holds the node from 0 s; at 7,290 s it redoes everything (8 x 7,290 GPU-s) and pays 8 x 450.
     # It restarts when a1 ends (10,890 s) with 36,000 + 450 s left: JCT 47,340; a1's 3,600.
     alone = replace(TRACE, jobs=(replace(JOBS[0], gpus=8), JOBS[2]))
-    assert outcome(simulate(alone, replace(COSTLY, checkpoint_interval_s=None)).summary) == (
+    never = replace(COSTLY, checkpoint_interval_s=None, checkpoints=None)  # no forced interval, and no job's own
+    assert outcome(simulate(alone, never).summary) == (
         2,
         25_470.0,
         1,
