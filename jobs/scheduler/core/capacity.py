@@ -434,6 +434,28 @@ class PoolCapacity:
             self._give_back(first or [])
         return None
 
+    def takes_of(self, workload: Workload) -> tuple[Take, ...]:
+        """Return what a running workload holds here, as takes that `give` frees and `occupy` takes again.
+
+        Replicas on nodes that take no new work are left out: freeing them
+        frees nothing usable. A replica's CPU and memory are counted once.
+        """
+        takes: list[Take] = []
+        for replica in workload.allocation:
+            number = self.number_of.get(replica.node)
+            if number is None:
+                continue
+            by_model: dict[str, list[tuple[int, str]]] = {}
+            for uuid in replica.gpu_uuids:
+                if uuid in self.gpu_of:
+                    index, model = self.gpu_of[uuid]
+                    by_model.setdefault(model, []).append((index, uuid))
+            cpu, memory = workload.cpu_milli, workload.memory_mib
+            for model, gpus in sorted(by_model.items()) or [("", [])]:
+                takes.append(Take(number, model, tuple(sorted(gpus)), cpu, memory))
+                cpu = memory = 0
+        return tuple(takes)
+
     def fits_unshared(self, workload: Workload, models: tuple[str, ...]) -> bool:
         """Return whether the gang would fit free capacity now if its nodes did not have to share a fabric."""
         excluded = self.mounts.excluded(workload.storage)

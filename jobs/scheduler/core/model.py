@@ -300,6 +300,8 @@ class SchedulerConfig:
     history_weight: float = 1.0
     # A reservation for the top blocked workload of each pool (EASY backfill); off: greedy backfill only.
     reservations: bool = True
+    # Under fairshare, a workload waiting longer than this gets the pool's reservation before any other.
+    starvation_s: float = 6 * 3600.0
     # Start-time estimates for every waiting workload (the simulator turns them off when it does not measure them).
     estimates: bool = True
     slurm: SlurmWeights = field(default_factory=SlurmWeights)

@@ -13,6 +13,13 @@ checkpoints count), whenever the claimant still fits without it: a minimal
 set (no single victim can be spared), not always the global minimum. Each
 `Preemption` carries the victim's lost work at `now`.
 
+A preemption must cost less than it saves: the victims' cost is the work
+they lose plus the restart overhead they pay again (GPU-seconds); the
+saving is the claimant's GPUs times how long it would wait otherwise, until
+running work frees enough GPUs at its planned ends (`timeline`). When the
+cost is higher, nobody is preempted and the claimant waits: the borrowers
+are about to give the GPUs back anyway.
+
 Preemption is rare and a loaded cluster runs thousands of workloads, so
 nothing here is built before a pass first needs it, and owners that cannot
 lose work are ruled out before any of their workloads is looked at.
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 from jobs.scheduler.core.capacity import NO_NODES, PoolCapacity, Take
 from jobs.scheduler.core.model import Preemption, Reason, Workload, last_saved_at, lost_work
 from jobs.scheduler.core.state import PassState
+from jobs.scheduler.core.timeline import earliest_start, planned_end
 from jobs.scheduler.core.victims import (
     newest_first,
     owner_above_fair_share,
@@ -51,6 +59,7 @@ class Reclaimer:
     def __init__(self, state: PassState, capacity: PoolCapacity, running: list[Workload]) -> None:
         self.state = state
         self.capacity = capacity
+        self.all_running = running
         self.order = victim_order if state.config.checkpoint_aware else newest_first
         oldest = state.now - state.config.min_runtime_s
         # Too young to preempt now stays too young for the whole pass.
@@ -108,21 +117,7 @@ class Reclaimer:
         return victim
 
     def _victim(self, workload: Workload) -> Victim:
-        takes: list[Take] = []
-        for replica in workload.allocation:
-            number = self.capacity.number_of.get(replica.node)
-            if number is None:
-                continue  # on a node that takes no new work: stopping it frees nothing usable
-            by_model: dict[str, list[tuple[int, str]]] = {}
-            for uuid in replica.gpu_uuids:
-                if uuid in self.capacity.gpu_of:
-                    index, model = self.capacity.gpu_of[uuid]
-                    by_model.setdefault(model, []).append((index, uuid))
-            cpu, memory = workload.cpu_milli, workload.memory_mib
-            for model, gpus in sorted(by_model.items()) or [("", [])]:
-                takes.append(Take(number, model, tuple(sorted(gpus)), cpu, memory))
-                cpu = memory = 0  # a replica's CPU and memory are counted once
-        return Victim(workload, tuple(takes))
+        return Victim(workload, self.capacity.takes_of(workload))
 
     def losing_owners(self, claimant: Workload) -> set[tuple[str, str]]:
         """Return the (tenant, project) owners that could lose work to `claimant` now (a superset: a cheap filter)."""
@@ -150,14 +145,38 @@ class Reclaimer:
             chosen = self._in_order(claimant, models)
         if not chosen:
             return None
+        if not self._worth_it(claimant, models, chosen):
+            self._undo(chosen)
+            return None
         state = self.state
+        overhead = state.config.restart_overhead_s
         for victim, reason in chosen:
             state.preempted.add(victim.workload.id)
             lost = lost_work(victim.workload, state.now)
-            state.preemptions.append(Preemption(victim.workload.id, reason, claimant.id, lost))
+            extra = victim.workload.total_gpus * overhead
+            state.preemptions.append(Preemption(victim.workload.id, reason, claimant.id, lost, "", extra))
         return self.capacity.place_gang(
             models, claimant.gpus, claimant.replicas, claimant.cpu_milli, claimant.memory_mib, self.excluded
         )
+
+    def _worth_it(self, claimant: Workload, models: tuple[str, ...], chosen: Chosen) -> bool:
+        """Return whether preempting `chosen` (already released) costs less than the claimant's wait it saves."""
+        now, overhead = self.state.now, self.state.config.restart_overhead_s
+        cost = sum(lost_work(v.workload, now) + v.workload.total_gpus * overhead for v, _ in chosen)
+        if cost <= 0:
+            return True
+        victims = {v.workload.id for v, _ in chosen}
+        freed = sum(len(t.gpus) for v, _ in chosen for t in v.takes if t.model in models)
+        ends = [
+            (planned_end(w, now), w.total_gpus)
+            for w in self.all_running
+            if w.id in victims or w.id not in self.state.preempted
+        ]
+        # Free now, had the victims kept running: what the pool has free minus what they would free; it does not
+        # fit that (fragmentation, a fabric), so at least one more end is needed, whatever the count says.
+        free = min(self.capacity.free_gpus(models) - freed, claimant.total_gpus - 1)
+        wait = earliest_start(now, free, claimant.total_gpus, ends) - now
+        return cost < claimant.total_gpus * wait
 
     def _node_by_node(self, claimant: Workload, models: tuple[str, ...]) -> Chosen | None:
         """Make room replica by replica where it costs fewest GPUs; [] asks for the in-order search, None gives up."""

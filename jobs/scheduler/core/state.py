@@ -9,6 +9,7 @@ from jobs.scheduler.core.budgets import BudgetCaps
 from jobs.scheduler.core.capacity import PoolCapacity, Take
 from jobs.scheduler.core.fairshare import Claim, water_fill
 from jobs.scheduler.core.model import Node, Pool, Preemption, ReplicaAllocation, Snapshot, Workload
+from jobs.scheduler.core.priority import History, entitlements
 
 # (pool, tenant) and (pool, tenant, project): projects are named within their tenant.
 TenantKey = tuple[str, str]
@@ -53,6 +54,11 @@ class PassState:
             (q.pool, q.tenant, q.project): Limits(float(q.guaranteed), float(q.limit), float(q.weight))
             for q in snapshot.project_quotas
         }
+        self.entitled = entitlements(
+            [((q.pool, q.tenant, None), float(q.guaranteed), float(q.weight)) for q in snapshot.tenant_quotas]
+            + [((q.pool, q.tenant, q.project), float(q.guaranteed), float(q.weight)) for q in snapshot.project_quotas]
+        )
+        self.history = History(snapshot.usage, self.entitled)
         self.tenant_usage: dict[TenantKey, int] = defaultdict(int)
         self.project_usage: dict[ProjectKey, int] = defaultdict(int)
         tenant_usage, project_usage = self.tenant_usage, self.project_usage

@@ -3,7 +3,8 @@
 Only owners above their fair share lose work to a claimant within its
 guarantee, never below their own guarantee; inside a project, higher priority
 preempts lower. Nothing younger than `min_runtime_s` is preempted, nor a
-notebook while its project is within its guarantee.
+notebook while its project is within its guarantee, nor a workload already
+preempted `max_preemptions` times (it is protected from then on).
 
 Victims are ordered lowest priority first, then by the least work a
 preemption throws away: the latest save point first (`model.last_saved_at`:
@@ -39,6 +40,8 @@ def preemption_reason(state: PassState, claimant: Workload, victim: Workload) ->
     if victim.id in state.preempted or victim.started_at is None:
         return None
     if state.now - victim.started_at < state.config.min_runtime_s or _protected_notebook(state, victim):
+        return None
+    if victim.preemptions >= state.config.max_preemptions:
         return None
     if victim.tenant == claimant.tenant and victim.project == claimant.project:
         return Reason.PRIORITY if victim.priority < claimant.priority else None

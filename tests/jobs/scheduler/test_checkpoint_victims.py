@@ -80,18 +80,18 @@ def test_the_last_save_is_the_latest_checkpoint_of_this_attempt_else_the_start()
 def test_without_checkpoints_the_newest_equal_victim_goes_and_its_loss_is_reported() -> None:
     # b1 started at 1,000, b0 at 0: both free the 4 GPUs, b1 has run least.
     preemptions = reclaim(borrowers(None, None), job("a1", "a", gpus=4))
-    assert preemptions == (Preemption("b1", Reason.RECLAIM_GUARANTEE, "a1", 4 * 9_000.0),)
+    assert preemptions == (Preemption("b1", Reason.RECLAIM_GUARANTEE, "a1", 4 * 9_000.0, "", 4 * 60.0),)
 
 
 def test_the_victim_that_checkpointed_last_goes_first() -> None:
     # b0 is older but checkpointed 500 s ago (2,000 GPU-s lost); b1 never did (36,000 GPU-s lost).
     preemptions = reclaim(borrowers(9_500.0, None), job("a1", "a", gpus=4))
-    assert preemptions == (Preemption("b0", Reason.RECLAIM_GUARANTEE, "a1", 2_000.0),)
+    assert preemptions == (Preemption("b0", Reason.RECLAIM_GUARANTEE, "a1", 2_000.0, "", 4 * 60.0),)
 
 
 def test_checkpoint_aware_off_gives_the_plain_newest_first_order() -> None:
     preemptions = reclaim(borrowers(9_500.0, None), job("a1", "a", gpus=4), PLAIN)
-    assert preemptions == (Preemption("b1", Reason.RECLAIM_GUARANTEE, "a1", 4 * 9_000.0),)
+    assert preemptions == (Preemption("b1", Reason.RECLAIM_GUARANTEE, "a1", 4 * 9_000.0, "", 4 * 60.0),)
 
 
 def test_several_victims_are_taken_least_lost_work_first() -> None:
