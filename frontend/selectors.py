@@ -144,11 +144,18 @@ def queue_in_scope() -> tuple[list[Workload], list[Workload]]:
     return waiting, active
 
 
+def reserved_among(waiting: list[Workload]) -> list[Workload]:
+    """Return those of `waiting` that hold a reservation, soonest first."""
+    return sorted((w for w in waiting if w.reserved_from is not None), key=lambda w: (w.reserved_from, w.pk))
+
+
 def recent_preemptions_in_scope(*, limit: int = 20) -> list[WorkloadEvent]:
     """Return the tenant's latest preemptions, newest first, with their workloads: what each reclaim cost.
 
     Each event's message says how much work it threw away (GPU time since the
-    victim's last checkpoint); the workload's `lost_gpu_seconds` totals it.
+    victim's last checkpoint) and what restarting costs; the event keeps both
+    numbers (`lost_gpu_seconds`, `overhead_gpu_seconds`; None on events
+    written before they were kept), and the workload's `lost_gpu_seconds` totals the first.
     """
     return list(
         WorkloadEvent.objects.filter(to_state=WorkloadState.PREEMPTED)

@@ -15,7 +15,14 @@ from tenants.admin import OperatorAdmin, actor_of
 
 @admin.register(NodePool)
 class NodePoolAdmin(OperatorAdmin):
-    list_display = ["name", "dedicated_tenant", "placement_policy", "description", "created_at"]
+    list_display = [
+        "name",
+        "dedicated_tenant",
+        "placement_policy",
+        "usage_half_life_seconds",
+        "description",
+        "created_at",
+    ]
     search_fields = ["name"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
@@ -30,6 +37,7 @@ class NodePoolAdmin(OperatorAdmin):
                 description=obj.description,
                 dedicated_tenant=obj.dedicated_tenant,
                 placement_policy=obj.placement_policy,
+                usage_half_life_seconds=obj.usage_half_life_seconds,
             )
         else:
             updated = services.create_node_pool(
@@ -38,6 +46,7 @@ class NodePoolAdmin(OperatorAdmin):
                 description=obj.description,
                 dedicated_tenant=obj.dedicated_tenant,
                 placement_policy=obj.placement_policy,
+                usage_half_life_seconds=obj.usage_half_life_seconds,
             )
         obj.pk = updated.pk
 

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 
 from frontend.forms.base import _choices
 from inventory.choices import GpuHealth, NodeKind, NodeState, PlacementPolicy, RuntimeKind
+from inventory.models import DEFAULT_USAGE_HALF_LIFE_SECONDS, MAX_USAGE_HALF_LIFE_SECONDS
 
 
 class PoolForm(forms.Form):
@@ -16,6 +17,13 @@ class PoolForm(forms.Form):
     description = forms.CharField(max_length=2000, required=False)
     dedicated_tenant = forms.ChoiceField(required=False, label="Dedicated to tenant")
     placement_policy = forms.ChoiceField(choices=PlacementPolicy.choices, initial=PlacementPolicy.BINPACK)
+    usage_half_life_seconds = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_USAGE_HALF_LIFE_SECONDS,
+        initial=DEFAULT_USAGE_HALF_LIFE_SECONDS,
+        label="Usage half-life (seconds)",
+        help_text="Past GPU use counts half in fair share after this long (7 days: 604800); 0: none counts.",
+    )
 
     def __init__(self, *args: Any, tenant_choices: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

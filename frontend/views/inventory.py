@@ -89,11 +89,22 @@ def ops_pool_edit(request: HttpRequest, name: str) -> HttpResponse:
             description=request.POST.get("description", ""),
             dedicated_tenant=tenant,
             placement_policy=request.POST.get("placement_policy") or None,
+            usage_half_life_seconds=_half_life(request.POST.get("usage_half_life_seconds", "")),
         )
         messages.success(request, f"Pool {name} saved.")
     except (ValidationError, Conflict) as error:
         messages.error(request, message_of(error))
     return redirect(reverse("frontend:ops_pools"))
+
+
+def _half_life(text: str) -> int | None:
+    """Return the half-life typed in a pool's row (None: left empty, unchanged); ValidationError if not a number."""
+    if not text.strip():
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValidationError("Give the usage half-life as a whole number of seconds.") from None
 
 
 @operator_view

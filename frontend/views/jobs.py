@@ -41,11 +41,13 @@ LOG_TAIL_LINES = 200
 
 @tenant_view(Role.VIEWER)
 def queue(request: HttpRequest, page: Page) -> HttpResponse:
-    """Waiting work with its reason, position and hint; active work with its GPUs; each project's use per pool."""
+    """Waiting work with its reason, position, hint and start estimate; the GPUs reserved for it; active work with
+    its GPUs; each project's use per pool; recent preemptions with their cost."""
     waiting, active = selectors.queue_in_scope()
     context = {
         "page": page,
         "waiting": waiting,
+        "reservations": selectors.reserved_among(waiting),
         "active": active,
         "use": job_selectors.project_use_in_scope(),
         "preemptions": selectors.recent_preemptions_in_scope(),

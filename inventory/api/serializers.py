@@ -9,7 +9,14 @@ from rest_framework import serializers
 
 from common.api.fields import Integer
 from inventory.choices import NodeKind, PlacementPolicy, RuntimeKind
-from inventory.models import Gpu, Node, NodeEvent, NodePool
+from inventory.models import (
+    DEFAULT_USAGE_HALF_LIFE_SECONDS,
+    MAX_USAGE_HALF_LIFE_SECONDS,
+    Gpu,
+    Node,
+    NodeEvent,
+    NodePool,
+)
 from tenants.api.fields import ScopedSlugField
 from tenants.models import Tenant
 
@@ -31,7 +38,16 @@ class NodePoolSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = NodePool
-        fields = ["name", "description", "dedicated_tenant", "placement_policy", "capacity", "created_at", "updated_at"]
+        fields = [
+            "name",
+            "description",
+            "dedicated_tenant",
+            "placement_policy",
+            "usage_half_life_seconds",
+            "capacity",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = fields
 
     capacity = serializers.SerializerMethodField()
@@ -42,16 +58,28 @@ class NodePoolSerializer(serializers.ModelSerializer):
         return self.context.get("capacity", {}).get(pool.pk, [])
 
 
+_HALF_LIFE = "Seconds after which past GPU use counts half in fair share (default 7 days); 0: none counts."
+
+
 class NodePoolCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=40)
     description = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
     dedicated_tenant = ScopedSlugField(selector=_tenants, required=False, allow_null=True, default=None)
     placement_policy = serializers.ChoiceField(choices=PlacementPolicy.choices, default=PlacementPolicy.BINPACK)
+    usage_half_life_seconds = Integer(
+        min_value=0,
+        max_value=MAX_USAGE_HALF_LIFE_SECONDS,
+        default=DEFAULT_USAGE_HALF_LIFE_SECONDS,
+        help_text=_HALF_LIFE,
+    )
 
 
 class NodePoolUpdateSerializer(serializers.Serializer):
     description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
     placement_policy = serializers.ChoiceField(choices=PlacementPolicy.choices, required=False)
+    usage_half_life_seconds = Integer(
+        min_value=0, max_value=MAX_USAGE_HALF_LIFE_SECONDS, required=False, help_text=_HALF_LIFE
+    )
     dedicated_tenant = ScopedSlugField(selector=_tenants, required=False, allow_null=True)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -10,6 +10,7 @@ from inventory.choices import GpuHealth, MigMode, NodeKind, NodeState, Placement
 from tenants.models import SLUG_RULE
 
 DEFAULT_USAGE_HALF_LIFE_SECONDS = 7 * 24 * 3600
+MAX_USAGE_HALF_LIFE_SECONDS = 365 * 24 * 3600
 
 
 class NodePool(models.Model):
@@ -29,7 +30,9 @@ class NodePool(models.Model):
     stop_grace_seconds = models.PositiveIntegerField(null=True, blank=True)
     # How fast past use stops counting in fair share: a GPU-second used this long ago weighs half (Slurm's
     # PriorityDecayHalfLife, whose default of 7 days it takes); 0: history counts for nothing.
-    usage_half_life_seconds = models.PositiveIntegerField(default=DEFAULT_USAGE_HALF_LIFE_SECONDS)
+    usage_half_life_seconds = models.PositiveIntegerField(
+        default=DEFAULT_USAGE_HALF_LIFE_SECONDS, validators=[MaxValueValidator(MAX_USAGE_HALF_LIFE_SECONDS)]
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -10,14 +10,14 @@ from django.db.models import ProtectedError
 
 from common.errors import Conflict, FieldErrors, add_errors, gather, invalid, raise_errors
 from inventory.choices import PlacementPolicy
-from inventory.models import NodePool
+from inventory.models import DEFAULT_USAGE_HALF_LIFE_SECONDS, NodePool
 from tenants.context import Actor
 from tenants.models import Tenant, TenantQuota
 from tenants.services import delete_audited, record_audit_event, snapshot, update_audited
 from tenants.services.access import require_operator
 from tenants.services.validation import clean_fields
 
-POOL_FIELDS = ["name", "description", "dedicated_tenant", "placement_policy"]
+POOL_FIELDS = ["name", "description", "dedicated_tenant", "placement_policy", "usage_half_life_seconds"]
 
 
 def _check_dedication(pool: NodePool, tenant: Tenant | None) -> None:
@@ -51,10 +51,12 @@ def create_node_pool(
     description: str = "",
     dedicated_tenant: Tenant | None = None,
     placement_policy: str = PlacementPolicy.BINPACK,
+    usage_half_life_seconds: int = DEFAULT_USAGE_HALF_LIFE_SECONDS,
 ) -> NodePool:
     """Create a node pool; operators only.
 
-    Raises one ValidationError naming every failing field: a taken or malformed name, an unknown policy.
+    Raises one ValidationError naming every failing field: a taken or malformed name, an unknown policy,
+    a usage half-life above MAX_USAGE_HALF_LIFE_SECONDS.
     """
     require_operator(actor)
     values = {
@@ -62,6 +64,7 @@ def create_node_pool(
         "description": description,
         "dedicated_tenant": dedicated_tenant,
         "placement_policy": placement_policy,
+        "usage_half_life_seconds": usage_half_life_seconds,
     }
     raise_errors(pool_errors(values))
     pool = NodePool(**values)
@@ -84,8 +87,10 @@ def update_node_pool(
     description: str | None = None,
     dedicated_tenant: Tenant | None | object = _UNSET,
     placement_policy: str | None = None,
+    usage_half_life_seconds: int | None = None,
 ) -> NodePool:
-    """Change a pool's description, dedicated tenant (None makes it shared) or placement policy; operators only.
+    """Change a pool's description, dedicated tenant (None makes it shared), placement policy or usage half-life
+    (seconds; 0: fair share forgets past use at once); operators only.
 
     Raises one ValidationError naming every failing field, among them dedicating a pool in which
     other tenants hold quota.
@@ -97,6 +102,8 @@ def update_node_pool(
         changes["description"] = description
     if placement_policy is not None:
         changes["placement_policy"] = placement_policy
+    if usage_half_life_seconds is not None:
+        changes["usage_half_life_seconds"] = usage_half_life_seconds
     tenant_id = pool.dedicated_tenant_id
     errors: FieldErrors = {}
     if dedicated_tenant is not _UNSET:

@@ -202,7 +202,33 @@ _WORKLOAD_FIELDS = [
     "finished_at",
     "checkpointed_at",
     "lost_gpu_seconds",
+    "preemptions",
+    "predicted_runtime_seconds",
+    "prediction_basis",
+    "run_seconds",
+    "prediction_error",
+    "estimated_start_at",
+    "estimate_basis",
+    "reservation",
 ]
+
+RESERVATION_SCHEMA = {
+    "type": "object",
+    "nullable": True,
+    "description": "GPUs the scheduler holds for it while it waits, from `from` on; null: none.",
+    "required": ["from", "replicas"],
+    "properties": {
+        "from": {"type": "string", "format": "date-time"},
+        "replicas": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["node", "gpus"],
+                "properties": {"node": {"type": "string"}, "gpus": {"type": "array", "items": {"type": "string"}}},
+            },
+        },
+    },
+}
 
 
 class WorkloadSerializer(serializers.ModelSerializer):
@@ -211,11 +237,19 @@ class WorkloadSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     kind = WorkloadKindField(read_only=True)
     state = WorkloadStateField(read_only=True)
+    reservation = serializers.SerializerMethodField()
 
     class Meta:
         model = Workload
         fields = _WORKLOAD_FIELDS
         read_only_fields = fields
+
+    @extend_schema_field(RESERVATION_SCHEMA)
+    def get_reservation(self, workload: Workload) -> dict[str, Any] | None:
+        if workload.reserved_from is None:
+            return None
+        when = serializers.DateTimeField().to_representation(workload.reserved_from)
+        return {"from": when, "replicas": workload.reserved_gpus}
 
 
 class AllocationSerializer(serializers.ModelSerializer):

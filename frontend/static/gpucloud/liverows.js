@@ -18,7 +18,7 @@ const REASON_CHARS = 140;
 // Column of each cell this script reads or writes, per table (the templates' column order).
 const COLUMNS = {
   workloads: { state: 4 },
-  waiting: { pool: 0, position: 1, name: 2, project: 3, owner: 4, gpus: 5, why: 6 },
+  waiting: { pool: 0, position: 1, name: 2, project: 3, owner: 4, gpus: 5, why: 6, start: 7 },
   active: { name: 0, project: 1, owner: 2, state: 3, where: 4 },
 };
 
