@@ -131,10 +131,13 @@ def write_trace(folder: Path) -> Path:
             (3, 27_180.0, 1, 2.1, 0.5, 2.6),
         ),
         # Never checkpoints, 60 s restarts: b2 redoes 5,490 s and is done at 10,890 + 36,060 s (JCT 45,150).
-        ([], (3, 28_250.0, 1, 6.1, 0.1, 6.2)),
+        (["--no-checkpoints"], (3, 28_250.0, 1, 6.1, 0.1, 6.2)),
+        # The default mix, seed 0: b1 checkpoints every 900 s (last at 7,200 s), b2 never, so b1 goes, redoes
+        # 90 s and is done at 10,890 + 36,000 - 7,290 + 90 + 60 = 39,750 s.
+        ([], (3, 26_450.0, 1, 0.1, 0.1, 0.2)),
         (["--lossless-preemption"], (3, 26_400.0, 1, 0.0, 0.0, 0.0)),
     ],
-    ids=["checkpoint-aware", "plain-victims", "defaults", "lossless"],
+    ids=["checkpoint-aware", "plain-victims", "no-checkpoints", "default-mix", "lossless"],
 )
 def test_the_cli_flags(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], expected: tuple[Any, ...]
