@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,13 @@ from rich.console import Console, RenderableType
 from gpucloud_client.cli.describe import describe_view
 from gpucloud_client.cli.logs import LinePrinter
 from gpucloud_client.cli.main import cli
-from gpucloud_client.cli.output import ago, dump, size, text
+from gpucloud_client.cli.output import ago, dump, size, text, until
 from gpucloud_client.cli.quota import quota_table, usage_table
 from gpucloud_client.cli.state import AppState
 from gpucloud_client.cli.submit import flags_body
 from gpucloud_client.cli.top_live import TopModel, utilization_bar
-from gpucloud_client.models import GpuBatch, LogLine, Quota, QuotaUse, WorkloadDetail
+from gpucloud_client.cli.workloads import workloads_table
+from gpucloud_client.models import GpuBatch, LogLine, Quota, QuotaUse, Workload, WorkloadDetail
 
 TOKEN = "gpc_0123456789ab_abcdefghijklmnopqrstuvwxyz012345"
 WORKLOADS = [
@@ -122,9 +123,34 @@ def test_ls_table_shows_not_ended_workloads_newest_first(canned: AppState) -> No
 
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["ID", "NAME", "KIND", "PROJECT", "OWNER", "STATE", "GPUS", "QUEUE", "REASON", "AGE"]
-    assert rows[0].split()[:9] == ["12", "train-b", "job", "vision", "ada", "pending", "2x4", "3", "QUOTA_EXCEEDED"]
-    assert rows[1].split() == ["11", "nb", "notebook", "vision", "bob", "running", "0", "-", "-", "-"]
+    assert header.split() == [
+        "ID", "NAME", "KIND", "PROJECT", "OWNER", "STATE", "GPUS", "QUEUE", "ETA", "REASON", "AGE",
+    ]  # fmt: skip
+    assert rows[0].split()[:10] == [
+        "12", "train-b", "job", "vision", "ada", "pending", "2x4", "3", "-", "QUOTA_EXCEEDED",
+    ]  # fmt: skip
+    assert rows[1].split() == ["11", "nb", "notebook", "vision", "bob", "running", "0", "-", "-", "-", "-"]
+
+
+def test_ls_table_shows_when_waiting_work_should_start() -> None:
+    soon = (datetime.now(UTC) + timedelta(hours=2, seconds=30)).isoformat()
+    waiting = {**WORKLOADS[0], "estimated_start_at": soon, "estimate_basis": "After workload 7 ends."}
+    running = {**WORKLOADS[1], "estimated_start_at": soon}
+
+    rows = rendered(workloads_table([Workload.from_json(waiting), Workload.from_json(running)])).splitlines()[1:]
+
+    assert rows[0].split()[8] == "~2h"
+    assert rows[1].split()[8] == "-", "only waiting work has an ETA"
+
+
+def test_until_reads_a_time_ahead_as_a_table_cell() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    assert until("2026-01-01T02:10:00Z", now=now) == "~2h"
+    assert until("2026-01-03T00:00:00Z", now=now) == "~2d"
+    assert until("2026-01-01T00:05:00Z", now=now) == "~5m"
+    assert until("2025-12-31T23:00:00Z", now=now) == "now"
+    assert until(None, now=now) == "-"
 
 
 @pytest.mark.parametrize("fmt", ["json", "yaml"])

@@ -111,6 +111,14 @@ class Workload(ApiObject):
     finished_at: str | None = None
     checkpointed_at: str | None = None
     lost_gpu_seconds: float | None = None
+    preemptions: int = 0
+    predicted_runtime_seconds: int | None = None
+    prediction_basis: str = ""
+    run_seconds: float | None = None
+    prediction_error: float | None = None
+    estimated_start_at: str | None = None
+    estimate_basis: str = ""
+    reservation: dict[str, Any] | None = None
 
     @property
     def ended(self) -> bool:

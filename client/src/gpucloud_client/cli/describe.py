@@ -58,6 +58,16 @@ def _field_rows(d: WorkloadDetail, console_url: str) -> list[tuple[str, Any]]:
         ("Reason", f"{d.reason_code}: {d.reason_message}" if d.reason_code else d.reason_message),
         ("Hint", d.reason_hint),
         ("Queue position", d.queue_position if waiting else None),
+        (
+            "Expected start",
+            f"{d.estimated_start_at} ({d.estimate_basis})" if waiting and d.estimated_start_at else None,
+        ),
+        ("Reserved", _reservation(d.reservation) if waiting else None),
+        (
+            "Predicted run",
+            f"{d.predicted_runtime_seconds} s ({d.prediction_basis})" if d.predicted_runtime_seconds else None,
+        ),
+        ("Preemptions", d.preemptions or None),
         ("Attempt", d.attempt),
         ("Exit code", d.exit_code),
         ("Image", d.image),
@@ -73,6 +83,15 @@ def _field_rows(d: WorkloadDetail, console_url: str) -> list[tuple[str, Any]]:
         ("Checkpointed", d.checkpointed_at),
         ("Notebook", f"{console_url.rstrip('/')}{d.notebook_url}" if d.notebook_url else None),
     ]
+
+
+def _reservation(reservation: dict[str, Any] | None) -> str | None:
+    """Return the GPUs reserved for a waiting workload and from when ("from T: node-1 (2 GPUs)"), or None."""
+    if not reservation:
+        return None
+    replicas = reservation.get("replicas") or []
+    where = ", ".join(f"{r.get('node')} ({len(r.get('gpus') or [])} GPUs)" for r in replicas)
+    return f"from {reservation.get('from')}: {where}"
 
 
 def _allocations(detail: WorkloadDetail) -> Table:

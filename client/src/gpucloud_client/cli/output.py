@@ -114,6 +114,26 @@ def ago(stamp: str | None, *, now: datetime | None = None) -> str:
     return f"{seconds}s"
 
 
+def until(stamp: str | None, *, now: datetime | None = None) -> str:
+    """Return how far ahead an RFC 3339 time is, as people read it in a table ("~5m", "~2h", "~4d"; "now" within
+    a minute or past); `-` for None."""
+    if not stamp:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    seconds = int((moment - (now or datetime.now(UTC))).total_seconds())
+    if seconds < 60:
+        return "now"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"~{round(seconds / size)}{unit}"
+    return "now"
+
+
 def size(value: int | float | None) -> str:
     """Return a byte count in binary units ("1.5 GiB"); `-` for None."""
     if value is None:

@@ -106,10 +106,11 @@ def list_workloads(client: Client, filters: ListFilters) -> list[Workload]:
 
 def workloads_table(found: list[Workload]) -> Table:
     """Return the `ls` table: one row per workload."""
-    from gpucloud_client.cli.output import ago, make_table
+    from gpucloud_client.cli.output import ago, make_table, until
     from gpucloud_client.cli.views import gpus_text, state_text
 
-    columns = ("ID", "NAME", "KIND", "PROJECT", "OWNER", "STATE", "GPUS", "QUEUE", "REASON", "AGE")
+    # ETA: when waiting work is expected to start (the scheduler's estimate; `describe` says what it rests on).
+    columns = ("ID", "NAME", "KIND", "PROJECT", "OWNER", "STATE", "GPUS", "QUEUE", "ETA", "REASON", "AGE")
     rows = [
         (
             w.id,
@@ -120,6 +121,7 @@ def workloads_table(found: list[Workload]) -> Table:
             state_text(w.state),
             gpus_text(w.gpus_per_replica, w.replicas),
             w.queue_position,
+            until(w.estimated_start_at) if w.state == "pending" else None,
             w.reason_code,
             ago(w.submitted_at),
         )
