@@ -44,6 +44,7 @@ from jobs.scheduler.core import (
     Preemption,
     ProjectQuota,
     SchedulerConfig,
+    SlurmWeights,
     Snapshot,
     TenantQuota,
     Workload,
@@ -65,6 +66,7 @@ _BUDGET = 2  # a moment running work uses up a budget: only a pass to run
 DEFAULT_HALF_LIFE_S = 7 * DAY_S
 DEFAULT_LIMITS = LimitModel()
 DEFAULT_CHECKPOINTS = CheckpointMix()
+DEFAULT_SLURM = SlurmWeights()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,7 @@ class Settings:
     estimates: bool = False
     reservations: bool = True
     max_preemptions: int = 3
+    slurm: SlurmWeights = DEFAULT_SLURM
 
     def assumptions(self) -> dict[str, Any]:
         """Return what the run assumed, as its JSON states it."""
@@ -113,6 +116,13 @@ class Settings:
             "usage": "decayed GPU-seconds per tenant and project, running work included, passed at every pass",
             "reservations": self.reservations,
             "estimates": self.estimates,
+            "slurm_weights": {
+                "age": self.slurm.age,
+                "fairshare": self.slurm.fairshare,
+                "job_size": self.slurm.job_size,
+                "max_age_s": self.slurm.max_age_s,
+                "favor_small": self.slurm.favor_small,
+            },
             "wait": "time pending: before the first start and after each preemption until the restart",
         }
 
@@ -174,6 +184,7 @@ class Simulation:
             restart_overhead_s=0.0 if settings.lossless_preemption else settings.restart_overhead_s,
             reservations=settings.reservations,
             estimates=settings.estimates,
+            slurm=settings.slurm,
         )
         self.jobs: dict[str, TraceJob] = {job.id: job for job in trace.jobs}
         self.pools = trace.core_pools()

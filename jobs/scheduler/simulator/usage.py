@@ -28,7 +28,11 @@ class _Account:
 
 
 class UsageBooks:
-    """Each owner's decayed GPU-seconds, running work included, with half-life `half_life_s` (> 0)."""
+    """Each owner's decayed GPU-seconds, running work included, with half-life `half_life_s` (> 0).
+
+    Time only moves forward: every call's `now` is at or after the previous one's (an earlier one is taken
+    as the latest seen).
+    """
 
     def __init__(self, half_life_s: float) -> None:
         if half_life_s <= 0:
