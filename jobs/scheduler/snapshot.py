@@ -7,7 +7,7 @@ ids and current values the commit needs (`jobs.scheduler.commit`).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -92,7 +92,7 @@ def build_snapshot(*, now: datetime, config: core.SchedulerConfig) -> tuple[core
     return snapshot, ledger
 
 
-def _usage(now: datetime, pools: list[Row], quotas: _Quotas, workloads: list[Row]) -> tuple[core.OwnerUsage, ...]:
+def _usage(now: datetime, pools: Sequence[Row], quotas: _Quotas, workloads: list[Row]) -> tuple[core.OwnerUsage, ...]:
     """Return each owner's decayed usage per pool: its projects' and, summed, the tenant's own (`project` None).
 
     Owners are named from the quotas and the workloads already read; one with
@@ -143,7 +143,7 @@ def _pool(row: Row, with_nodes: set[str], in_service: set[str]) -> core.Pool:
 
 
 # A workload's time as the core reads it, and the estimate and reservation the commit compares against.
-_TIME_FIELDS = ("max_runtime_seconds", "predicted_runtime_seconds", "attained_seconds", "preemptions")
+_TIME_FIELDS: tuple[str, ...] = ("max_runtime_seconds", "predicted_runtime_seconds", "attained_seconds", "preemptions")
 _TIME_FIELDS += ("estimated_start_at", "estimate_basis", "reserved_from", "reserved_gpus")
 
 
@@ -381,7 +381,7 @@ class _Quotas:
         return float(seconds) if seconds is not None else None
 
 
-def _runtimes(rows: list[Row], owner: str, name: str) -> dict[tuple[int, int], int]:
+def _runtimes(rows: Sequence[Row], owner: str, name: str) -> dict[tuple[int, int], int]:
     return {(row[owner], row["pool_id"]): row[name] for row in rows if row[name] is not None}
 
 

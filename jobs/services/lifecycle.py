@@ -23,7 +23,7 @@ from jobs.services import predictions
 from notifications.services import notify_workload_ended
 
 # What an ending job's run time and its prediction's error are computed from (`predictions.finished_fields`).
-_RUN_FIELDS = ("started_at", "scheduled_at", "attained_seconds", "predicted_runtime_seconds")
+_RUN_FIELDS: tuple[str, ...] = ("started_at", "scheduled_at", "attained_seconds", "predicted_runtime_seconds")
 _RUN_FIELDS += ("project_id", "gpus_per_replica", "replicas")
 
 

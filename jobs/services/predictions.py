@@ -97,7 +97,8 @@ def _history(project_id: int, gpus_per_replica: int, replicas: int) -> list[Run]
         run_seconds__isnull=False,
         kind=WorkloadKind.JOB,
     ).order_by("-finished_at", "-id")
-    return list(runs.values_list("owner_id", "image", "run_seconds")[:HISTORY])
+    rows = runs.values_list("owner_id", "image", "run_seconds")[:HISTORY]
+    return [(owner, image, seconds) for owner, image, seconds in rows if seconds is not None]
 
 
 def _predict(key: WorkKey, runs: list[Run]) -> Prediction | None:

@@ -38,7 +38,7 @@ def insert(pending: list[Pending]) -> None:
         key = item.request.idempotency_key
         keys: list[str | None] = list(item_keys(key, len(item.specs))) if key is not None else [None] * len(item.specs)
         rows.extend(
-            _workload(item.project, item.user, spec, item_key, item.digest, now, predicted.get(_work_key(item, spec)))
+            _workload(item.project, item.user, spec, item_key, item.digest, now, _predicted(predicted, item, spec))
             for spec, item_key in zip(item.specs, keys, strict=True)
         )
     workloads = bulk.insert(rows)
@@ -69,6 +69,13 @@ def _work_key(item: Pending, spec: WorkloadSpec) -> predictions.WorkKey | None:
     if spec.kind != WorkloadKind.JOB:
         return None
     return predictions.WorkKey(item.project.pk, item.user.pk, spec.image, spec.gpus_per_replica, spec.replicas)
+
+
+def _predicted(
+    predicted: Mapping[predictions.WorkKey, Mapping[str, Any]], item: Pending, spec: WorkloadSpec
+) -> Mapping[str, Any] | None:
+    key = _work_key(item, spec)
+    return predicted.get(key) if key is not None else None
 
 
 def _insert_submitted_events(workload_ids: list[int], now: datetime) -> None:
