@@ -34,8 +34,8 @@ from jobs.scheduler.simulator.engine import Settings, Simulation
 from jobs.scheduler.simulator.traces import Trace, TraceJob, TraceNode
 from jobs.scheduler.simulator.users import LimitModel
 
-TENANTS = (TenantQuota("t", POOL, 8, 8, 8.0),)
-PROJECTS = (ProjectQuota("t", "t", POOL, 8, 8, 1.0),)
+TENANTS = (TenantQuota("t", POOL, 8, 64, 8.0),)  # a limit far above the node: only capacity blocks
+PROJECTS = (ProjectQuota("t", "t", POOL, 8, 64, 1.0),)
 NODE = TraceNode("n0", 8, "V100", 64_000, 512_000)
 BLOCKED_HEAD = Trace(
     "blocked-head",
