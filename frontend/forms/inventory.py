@@ -21,13 +21,18 @@ class PoolForm(forms.Form):
         min_value=0,
         max_value=MAX_USAGE_HALF_LIFE_SECONDS,
         initial=DEFAULT_USAGE_HALF_LIFE_SECONDS,
+        required=False,
         label="Usage half-life (seconds)",
-        help_text="Past GPU use counts half in fair share after this long (7 days: 604800); 0: none counts.",
+        help_text="Past GPU use counts half in fair share after this long (empty: 7 days, 604800); 0: none counts.",
     )
 
     def __init__(self, *args: Any, tenant_choices: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _choices(self, "dedicated_tenant", [("", "— shared —"), *tenant_choices])
+
+    def clean_usage_half_life_seconds(self) -> int:
+        value = self.cleaned_data.get("usage_half_life_seconds")
+        return DEFAULT_USAGE_HALF_LIFE_SECONDS if value is None else int(value)
 
 
 class NodeForm(forms.Form):

@@ -401,3 +401,15 @@ def test_a_docker_node_page_shows_its_swarm(world: World, swarm: str | None, man
     Node.objects.filter(pk=node.pk).update(swarm=swarm, swarm_manager=manager)
     page = logged_in("operator").get("/ops/nodes/d1/").content.decode()
     assert shown in page.split('id="node-versions"')[1].split("</table>")[0]
+
+
+def test_operators_set_a_pools_usage_half_life_on_the_pools_page(world: World) -> None:
+    client = logged_in("operator")
+    client.post("/ops/pools/", {"name": "train", "placement_policy": "spread"})
+    assert NodePool.objects.get(name="train").usage_half_life_seconds == 7 * 86400, "left empty: the default"
+    client.post("/ops/pools/train/", {"description": "", "usage_half_life_seconds": "3600"})
+    assert NodePool.objects.get(name="train").usage_half_life_seconds == 3600
+    refused = client.post("/ops/pools/train/", {"description": "", "usage_half_life_seconds": "soon"}, follow=True)
+    assert "whole number of seconds" in refused.content.decode()
+    row = client.get("/ops/pools/").content.decode().split('data-pool="train"')[1].split("</tr>")[0]
+    assert 'name="usage_half_life_seconds"' in row and 'value="3600"' in row and 'title="1 h"' in row

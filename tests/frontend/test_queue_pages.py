@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from jobs.models import Workload
+from django.utils import timezone
+
+from jobs.models import Workload, WorkloadEvent
 from jobs.scheduler import shell
 from tenants.context import Actor
 from tenants.models import Project, ProjectQuota
@@ -93,3 +96,44 @@ def test_the_queue_page_says_what_each_preemption_cost_and_only_the_tenants_own(
     table = logged_in("member_a").get("/t/tenant-a/queue/").content.decode().split('id="preemptions"')[1]
     assert "It loses 20 GPU-minutes of work" in table and f"#{mine.pk}" in table
     assert "99 GPU-minutes" not in table and "theirs" not in table
+
+
+def test_the_queue_says_when_waiting_work_should_start_and_what_is_reserved(world: World) -> None:
+    _, waiting = _cluster(world)
+    start = timezone.now() + timedelta(hours=2, minutes=1)
+    Workload.all_tenants.filter(pk=waiting.pk).update(
+        estimated_start_at=start,
+        estimate_basis="When workload 7 ends, as predicted from its history.",
+        predicted_runtime_seconds=5400,
+        reserved_from=start,
+        reserved_gpus=[{"node": "n1", "gpus": ["GPU-x", "GPU-y"]}],
+    )
+
+    page = logged_in("viewer_a").get("/t/tenant-a/queue/").content.decode()
+
+    row = page.split('id="waiting"')[1].split(f'data-workload="{waiting.pk}"')[1].split("</tr>")[0]
+    assert "starts in about 2 h" in row and "When workload 7 ends, as predicted from its history." in row
+    assert "runs about 2 h" in row, "its predicted run time"
+    reserved = page.split('id="reservations"')[1].split(f'data-workload="{waiting.pk}"')[1].split("</tr>")[0]
+    assert "<code" in reserved and "n1</code> <small>2 GPUs</small>" in reserved and "in about 2 h" in reserved
+    assert "Nothing is reserved" in logged_in("admin_b").get("/t/tenant-b/queue/").content.decode()
+
+
+def test_the_queue_shows_what_each_preemption_cost(world: World) -> None:
+    _, waiting = _cluster(world)
+    WorkloadEvent.all_tenants.create(
+        tenant=world.tenant_a,
+        workload=waiting,
+        kind="workload.state_changed",
+        from_state="running",
+        to_state="preempted",
+        reason_code="RECLAIM_GUARANTEE",
+        message="Preempted: ... It loses 1.5 GPU-hours of work. Restarting costs another 2 GPU-minutes.",
+        lost_gpu_seconds=5400,
+        overhead_gpu_seconds=120,
+    )
+
+    page = logged_in("member_a").get("/t/tenant-a/queue/").content.decode()
+
+    row = page.split('id="preemptions"')[1].split(f'data-workload="{waiting.pk}"')[1].split("</tr>")[0]
+    assert "<td data-lost>1.5 GPU-h</td><td data-overhead>0.03 GPU-h</td>" in row

@@ -81,3 +81,19 @@ def test_every_failing_field_of_a_new_pool_is_named_at_once(world: World) -> Non
     codes = {field: errors[0]["code"] for field, errors in response.json()["error"]["fields"].items()}
     assert codes == {"name": "unique", "placement_policy": "invalid_choice", "dedicated_tenant": "does_not_exist"}
     assert NodePool.objects.count() == 1
+
+
+def test_operators_set_a_pools_usage_half_life_and_tenants_only_read_it(world: World) -> None:
+    operator = client_for(world.operator)
+    created = operator.post(POOLS, {"name": "h100"}, format="json").json()
+    assert created["usage_half_life_seconds"] == 7 * 86400, "Slurm's default"
+
+    changed = operator.patch(f"{POOLS}h100/", {"usage_half_life_seconds": 3600}, format="json")
+    too_long = operator.patch(f"{POOLS}h100/", {"usage_half_life_seconds": 400 * 86400}, format="json")
+    by_member = client_for(world.member_a).patch(f"{POOLS}shared/", {"usage_half_life_seconds": 0}, format="json")
+
+    assert changed.status_code == 200 and changed.json()["usage_half_life_seconds"] == 3600
+    assert too_long.status_code == 400 and "usage_half_life_seconds" in too_long.json()["error"]["fields"]
+    assert by_member.status_code == 403
+    assert NodePool.objects.get(name="shared").usage_half_life_seconds == 7 * 86400
+    assert client_for(world.member_a).get(f"{POOLS}shared/").json()["usage_half_life_seconds"] == 7 * 86400
