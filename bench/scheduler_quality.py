@@ -1,38 +1,40 @@
-"""Scheduling quality: fair share against FIFO on the Philly-derived trace, what preemption costs, and packing.
+"""Scheduling quality: every policy side by side on the Philly-derived trace, under two preemption cost models.
 
-    .venv/bin/python bench/scheduler_quality.py [--gpus 512] [--limit-jobs N] [--checkpoint-interval 1800]
-        [--restart-overhead 60] [--lossless] [--workers 2] [--skip-simulation] [--pods FILE] [--json FILE]
+    .venv/bin/python bench/scheduler_quality.py [--gpus 512] [--limit-jobs N] [--seed 0] [--max-runtime S]
+        [--restart-overhead 60] [--workers 2] [--no-eta] [--packing] [--pods FILE] [--json FILE]
 
 Simulation: the Philly-derived trace (15 teams as tenants, 15,264 jobs, ~125
 days) on `--gpus` GPUs of 8-GPU V100 nodes, guarantees proportional to each
-team's submitted GPU-hours. Preemption costs what it costs: a preempted job
-redoes its work since its last checkpoint (every `--checkpoint-interval`
-seconds of run time, 1,800 by default; the trace says nothing, so every job
-gets the same interval) and pays `--restart-overhead` seconds (60) of run time
-when it starts again. Runs: `fifo` (strict FIFO in the same engine, which never
-preempts, so it pays nothing), `fairshare` (the core, checkpoint-aware victim
-choice) and `fairshare_plain_victims` (the core with
-`SchedulerConfig.checkpoint_aware` off: victims newest first, checkpoints
-ignored). Printed: fair share against FIFO with the cost included, and the
-GPU-hours lost to preemption under both victim choices. `--lossless` adds
-`fairshare_lossless`, the model before (a preempted job keeps all its
-progress at no cost; docs/scheduler.md gives its figures too). The runs
-go to `--workers` processes (default 2): the default run takes 3 to 4.5
-minutes on 2 cores, `--lossless` about 2 more. Also printed: at every pass
-where the checkpoint-aware run preempted, what the plain choice would have
-lost on the same state (the two runs drift apart, so their totals also
-measure where each happened to go).
+team's submitted GPU-hours, replayed under each policy (`fifo`, `backfill`,
+`slurm`, `fairshare`) and two cost models of preemption: `no_checkpoints`
+(no job checkpoints: a preempted job redoes everything) and `mix` (the
+default: 40 % of jobs checkpoint every 15, 30 or 60 minutes). Only
+`fairshare` preempts, so the cost model changes only its runs; the others
+are run under both all the same, which shows that. What a policy may know
+of a job's length is its time limit (drawn as users submit them: 17 % ask
+for the pool's maximum, `--max-runtime`, 7 days by default, the rest run
+time x 1.5-10, seeded by `--seed`) and a run time predicted from similar
+completed jobs; a job still running at its limit is killed
+(docs/simulator.md). Printed per cost model: completion times, waits
+(overall and by the job's total GPUs: 1, 2-8, more than 8; mean and max),
+fairness, preemption cost, kills, prediction and start-estimate error, and
+each baseline over fairshare. Start estimates are asked of the core, and
+measured, in the `mix` runs only (`--no-eta`: in none); they cost time.
 
-Packing: the pods of openb_pod_list_multigpu50.csv (or `--pods FILE`) placed
-in order on all 1,213 Alibaba GPU nodes until the first pod that no longer
-fits (a fractional pod takes one whole GPU, CPU and memory count), with the
-core's bin-packing (`binpack`: fewest GPUs stranded without CPU or memory,
-then best fit), with plain best fit by free GPU count (`best_fit_gpus`, the
-core's policy before) and with a first-fit baseline (`first_fit`, first node
-by name with room): the share of GPUs left unallocated then, and how many
-8-GPU pods were placed out of those attempted before the stop. Also, every
-pod in order, skipping those that do not fit (most 8-GPU pods come late in
-the list).
+The eight runs go to `--workers` processes (default 2); each takes one to
+two minutes on one core here. The checkpoint-aware against plain victim
+comparison, and the lossless model, were dropped from this benchmark to keep
+it to the policies; `gpucloud simulate --plain-victims` and
+`--lossless-preemption` still run them.
+
+Packing (`--packing`, off by default: it measures placement, not policy):
+the pods of openb_pod_list_multigpu50.csv (or `--pods FILE`) placed in order
+on all 1,213 Alibaba GPU nodes until the first pod that no longer fits (a
+fractional pod takes one whole GPU, CPU and memory count), with the core's
+bin-packing (`binpack`), plain best fit by free GPU count (`best_fit_gpus`)
+and first fit (`first_fit`): the share of GPUs left unallocated then, and
+how many 8-GPU pods were placed out of those attempted before the stop; also
+every pod in order, skipping those that do not fit.
 """
 
 from __future__ import annotations
@@ -42,98 +44,74 @@ import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jobs.scheduler.core import Decisions, Ordering, PlacementPolicy, Snapshot  # noqa: E402
+from jobs.scheduler.core import Ordering, PlacementPolicy  # noqa: E402
 from jobs.scheduler.core.capacity import NO_NODES, PoolCapacity  # noqa: E402
-from jobs.scheduler.frozen import schedule  # noqa: E402
 from jobs.scheduler.simulator import build, traces  # noqa: E402
 from jobs.scheduler.simulator.engine import Settings, Simulation  # noqa: E402
+from jobs.scheduler.simulator.users import DEFAULT_MAX_RUNTIME_S, LimitModel  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "data" / "traces"
-
-# Each run: its ordering and what differs in its settings. Slowest first, so that two workers finish together.
-RUNS: dict[str, tuple[Ordering, dict[str, Any]]] = {
-    "fairshare": (Ordering.FAIRSHARE, {}),
-    "fairshare_plain_victims": (Ordering.FAIRSHARE, {"checkpoint_aware": False}),
-    "fairshare_lossless": (Ordering.FAIRSHARE, {"lossless_preemption": True}),
-    "fifo": (Ordering.FIFO, {}),
-}
+POLICIES = (Ordering.FIFO, Ordering.BACKFILL, Ordering.SLURM, Ordering.FAIRSHARE)
+# Cost models: what `Settings.checkpoint_interval_s` is (0.0: no job checkpoints; None: each job's draw).
+COSTS: dict[str, float | None] = {"no_checkpoints": 0.0, "mix": None}
 
 
-class _ShadowedSimulation(Simulation):
-    """A run that, at every pass where it preempts, also asks what the plain victim choice would lose there.
-
-    Two runs drift apart after their first different preemption (other jobs
-    wait, other owners borrow), so their totals also measure where each run
-    happened to go; this compares the two choices on the very same states.
-    """
-
-    def __init__(self, trace: traces.Trace, settings: Settings) -> None:
-        super().__init__(trace, settings)
-        self.same_states = {
-            "passes": 0,
-            "preemptions": 0,
-            "lost_gpu_s": 0.0,
-            "plain_preemptions": 0,
-            "plain_lost_gpu_s": 0.0,
-        }
-
-    def decide(self, snapshot: Snapshot) -> Decisions:
-        decisions = super().decide(snapshot)
-        if decisions.preemptions:
-            plain = schedule(replace(snapshot, config=replace(snapshot.config, checkpoint_aware=False)))
-            self.same_states["passes"] += 1
-            self.same_states["preemptions"] += len(decisions.preemptions)
-            self.same_states["lost_gpu_s"] += sum(p.lost_gpu_seconds for p in decisions.preemptions)
-            self.same_states["plain_lost_gpu_s"] += sum(p.lost_gpu_seconds for p in plain.preemptions)
-            self.same_states["plain_preemptions"] += len(plain.preemptions)
-        return decisions
-
-
-def run_one(name: str, gpus: int, limit_jobs: int | None, costs: dict[str, float]) -> tuple[str, dict[str, Any]]:
-    """Return (name, summary) of one run of `RUNS` on the Philly-derived trace (in a worker process)."""
-    trace = traces.load_philly(TRACES / "philly-derived", gpus, limit_jobs)
+def run_one(policy: str, cost: str, options: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """Return (cost model, policy, summary) of one run on the Philly-derived trace (in a worker process)."""
+    trace = traces.load_philly(TRACES / "philly-derived", options["gpus"], options["limit_jobs"])
     capacity = sum(node.gpus for node in trace.nodes)
     tenant_quotas, project_quotas = build.default_quotas(build.gpu_hour_shares(trace.jobs), capacity)
-    ordering, overrides = RUNS[name]
-    settings = Settings(ordering, tenant_quotas, project_quotas, **{**costs, **overrides})
+    settings = Settings(
+        Ordering(policy),
+        tenant_quotas,
+        project_quotas,
+        checkpoint_interval_s=COSTS[cost],
+        restart_overhead_s=options["restart_overhead"],
+        seed=options["seed"],
+        limits=LimitModel(max_runtime_s=options["max_runtime"]),
+        estimates=options["eta"] and cost == "mix",
+    )
     started = time.perf_counter()
-    simulation = _ShadowedSimulation(trace, settings) if name == "fairshare" else Simulation(trace, settings)
-    summary = simulation.run().summary
+    summary = Simulation(trace, settings).run().summary
     summary["wall_s"] = round(time.perf_counter() - started, 1)
-    if isinstance(simulation, _ShadowedSimulation):
-        shadow = simulation.same_states
-        summary["same_states"] = {
-            "passes_preempting": shadow["passes"],
-            "preemptions": shadow["preemptions"],
-            "lost_progress_gpu_hours": round(shadow["lost_gpu_s"] / 3600, 1),
-            "plain_preemptions": shadow["plain_preemptions"],
-            "plain_lost_progress_gpu_hours": round(shadow["plain_lost_gpu_s"] / 3600, 1),
-        }
-    return name, summary
+    return cost, policy, summary
 
 
 def simulation(args: argparse.Namespace) -> dict[str, Any]:
-    """Return every run's summary on the Philly-derived trace, and the ratios the issue targets."""
-    names = [name for name in RUNS if args.lossless or name != "fairshare_lossless"]
-    costs = {"checkpoint_interval_s": args.checkpoint_interval, "restart_overhead_s": args.restart_overhead}
+    """Return every run's summary by cost model and policy, and each baseline's ratios over fairshare."""
+    options = {
+        "gpus": args.gpus,
+        "limit_jobs": args.limit_jobs,
+        "restart_overhead": args.restart_overhead,
+        "seed": args.seed,
+        "max_runtime": args.max_runtime,
+        "eta": not args.no_eta,
+    }
+    # Slowest first (fairshare preempts and reserves, slurm sorts by priority), so the workers finish together.
+    order = [(p, c) for p in reversed(POLICIES) for c in COSTS]
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        futures = [pool.submit(run_one, name, args.gpus, args.limit_jobs, costs) for name in names]
-        out: dict[str, Any] = dict(future.result() for future in futures)
-    out["fifo_over_fairshare"] = _ratios(out["fifo"], out["fairshare"], ("mean_jct_s", "mean_wait_s", "p95_jct_s"))
-    out["plain_over_checkpoint_aware"] = _ratios(
-        out["fairshare_plain_victims"], out["fairshare"], ("preemption_lost_gpu_hours", "lost_progress_gpu_hours")
-    )
-    return {"trace": "philly-derived", "gpus": args.gpus, **costs, **out}
+        futures = [pool.submit(run_one, p.value, c, options) for p, c in order]
+        results = [future.result() for future in futures]
+    out: dict[str, Any] = {cost: {} for cost in COSTS}
+    for cost, policy, summary in results:
+        out[cost][policy] = summary
+    for cost in COSTS:
+        out[cost]["over_fairshare"] = {
+            p.value: _ratios(out[cost][p.value], out[cost]["fairshare"])
+            for p in POLICIES
+            if p is not Ordering.FAIRSHARE
+        }
+    return {"trace": "philly-derived", "gpus": args.gpus, **options, **out}
 
 
-def _ratios(top: dict[str, Any], bottom: dict[str, Any], keys: tuple[str, ...]) -> dict[str, float | None]:
+def _ratios(top: dict[str, Any], bottom: dict[str, Any]) -> dict[str, float | None]:
+    keys = ("mean_jct_s", "p95_jct_s", "mean_wait_s")
     return {key: round(top[key] / bottom[key], 2) if bottom[key] else None for key in keys}
 
 
@@ -214,23 +192,43 @@ def packing(pod_list: str) -> dict[str, Any]:
     return {"trace": f"alibaba-gpu-v2023 {pod_list} on all 1,213 GPU nodes", **results}
 
 
-# (label, summary key, format) of the simulation table's rows.
-_ROWS = (
-    ("mean completion time (s)", "mean_jct_s", "{:,.0f}"),
-    ("p50 completion time (s)", "p50_jct_s", "{:,.0f}"),
-    ("p95 completion time (s)", "p95_jct_s", "{:,.0f}"),
-    ("mean queueing delay (s)", "mean_wait_s", "{:,.0f}"),
-    ("p95 queueing delay (s)", "p95_wait_s", "{:,.0f}"),
-    ("Jain's index", "jain_index", "{:.3f}"),
-    ("mean GPU allocation", "gpu_allocation_mean", "{:.2f}"),
-    ("preemptions", "preemptions", "{:,}"),
-    ("GPU-h lost: progress redone", "lost_progress_gpu_hours", "{:,.1f}"),
-    ("GPU-h lost: restart overhead", "restart_overhead_gpu_hours", "{:,.1f}"),
-    ("GPU-h lost to preemption", "preemption_lost_gpu_hours", "{:,.1f}"),
-    ("quota violations", "quota_violations", "{:,}"),
-    ("finished / unfinished", None, ""),
-    ("wall time (s)", "wall_s", "{:,.0f}"),
+def _size(size: str, stat: str) -> Any:
+    return lambda summary: summary["wait_by_size"][size][stat]
+
+
+def _key(key: str) -> Any:
+    return lambda summary: summary[key]
+
+
+# (label, how to read it from a summary, format) of the simulation table's rows.
+_ROWS: tuple[tuple[str, Any, str], ...] = (
+    ("mean completion time (s)", _key("mean_jct_s"), "{:,.0f}"),
+    ("p95 completion time (s)", _key("p95_jct_s"), "{:,.0f}"),
+    ("mean wait (s)", _key("mean_wait_s"), "{:,.0f}"),
+    ("p95 wait (s)", _key("p95_wait_s"), "{:,.0f}"),
+    ("wait, 1 GPU: mean (s)", _size("1", "mean_s"), "{:,.0f}"),
+    ("wait, 1 GPU: max (s)", _size("1", "max_s"), "{:,.0f}"),
+    ("wait, 2-8 GPUs: mean (s)", _size("2-8", "mean_s"), "{:,.0f}"),
+    ("wait, 2-8 GPUs: max (s)", _size("2-8", "max_s"), "{:,.0f}"),
+    ("wait, >8 GPUs: mean (s)", _size(">8", "mean_s"), "{:,.0f}"),
+    ("wait, >8 GPUs: max (s)", _size(">8", "max_s"), "{:,.0f}"),
+    ("Jain's index", _key("jain_index"), "{:.3f}"),
+    ("mean GPU allocation", _key("gpu_allocation_mean"), "{:.2f}"),
+    ("preemptions (most of one job)", lambda s: f"{s['preemptions']:,} ({s['max_preemptions_one_job']})", "{}"),
+    ("GPU-h lost to preemption", _key("preemption_lost_gpu_hours"), "{:,.1f}"),
+    ("killed at limit", _key("killed_at_limit"), "{:,}"),
+    ("ETA error p50 / p90", lambda s: _pair(s["eta_error_p50"], s["eta_error_p90"]), "{}"),
+    ("prediction error p50 (share)", lambda s: _pair(s["prediction_error_p50"], s["predicted_share"]), "{}"),
+    ("quota violations", _key("quota_violations"), "{:,}"),
+    ("finished / unfinished", lambda s: f"{s['finished']:,} / {s['unfinished']:,}", "{}"),
+    ("wall time (s)", _key("wall_s"), "{:,.0f}"),
 )
+
+
+def _pair(first: float | None, second: float | None) -> str:
+    if first is None:
+        return "-"
+    return f"{first:.2f} / {second:.2f}" if second is not None else f"{first:.2f}"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -243,33 +241,22 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join("  ".join(line).rstrip() for line in cells)
 
 
-def simulation_table(report: dict[str, Any]) -> str:
-    """Return the simulation's runs side by side, with fifo / fairshare and plain / checkpoint-aware ratios."""
-    names = [name for name in RUNS if name in report]
-    rows = []
-    for label, key, form in _ROWS:
-        if key is None:
-            cells = [f"{report[n]['finished']:,} / {report[n]['unfinished']:,}" for n in names]
-        else:
-            cells = [form.format(report[n][key]) for n in names]
-        ratios = [
-            f"{report[group][key]:.2f}x" if key in report[group] and report[group][key] is not None else ""
-            for group in ("fifo_over_fairshare", "plain_over_checkpoint_aware")
-        ]
-        rows.append([label, *cells, *ratios])
+def simulation_table(report: dict[str, Any], cost: str) -> str:
+    """Return one cost model's runs side by side, and each baseline's mean JCT and wait over fairshare."""
+    runs = report[cost]
+    names = [p.value for p in POLICIES]
+    rows = [[label, *(form.format(read(runs[n])) for n in names)] for label, read, form in _ROWS]
+    for key, label in (("mean_jct_s", "mean JCT"), ("mean_wait_s", "mean wait")):
+        ratios = [runs["over_fairshare"].get(n, {}).get(key) for n in names]
+        rows.append([f"{label} over fairshare", *(f"{r:.2f}x" if r is not None else "" for r in ratios)])
+    first = runs["fairshare"]
+    words = "no job checkpoints" if cost == "no_checkpoints" else "40 % of jobs checkpoint every 15/30/60 min"
     title = (
-        f"Philly-derived, {report['fairshare']['jobs']:,} jobs, {report['gpus']} GPUs; a preempted job redoes its "
-        f"work since its last checkpoint (every {report['checkpoint_interval_s']:g} s) and pays "
-        f"{report['restart_overhead_s']:g} s to restart"
+        f"Philly-derived, {first['jobs']:,} jobs ({first['submitted_gpu_hours']:,.0f} GPU-h), {report['gpus']} GPUs, "
+        f"seed {report['seed']}, max runtime {report['max_runtime'] / 86_400:g} d; {words}, "
+        f"{report['restart_overhead']:g} s to restart"
     )
-    same = report["fairshare"]["same_states"]
-    note = (
-        f"\n\nOn the same states (the {same['passes_preempting']:,} passes where the fairshare run preempted):\n"
-        f"checkpoint-aware victims lost {same['lost_progress_gpu_hours']:,.1f} GPU-h of progress "
-        f"({same['preemptions']:,} preemptions), the plain choice would have lost "
-        f"{same['plain_lost_progress_gpu_hours']:,.1f} ({same['plain_preemptions']:,} preemptions)."
-    )
-    return title + "\n\n" + _table(["", *names, "fifo/fairshare", "plain/aware"], rows) + note
+    return title + "\n\n" + _table(["", *names], rows)
 
 
 def packing_table(report: dict[str, Any]) -> str:
@@ -294,19 +281,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", type=int, default=512)
     parser.add_argument("--limit-jobs", type=int, help="replay only the first N jobs (by arrival)")
-    parser.add_argument("--checkpoint-interval", type=float, default=1800.0, metavar="SECONDS")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the per-job draws (limits, checkpoints)")
+    parser.add_argument("--max-runtime", type=float, default=DEFAULT_MAX_RUNTIME_S, metavar="SECONDS")
     parser.add_argument("--restart-overhead", type=float, default=60.0, metavar="SECONDS")
-    parser.add_argument("--lossless", action="store_true", help="also run fair share with free preemption")
     parser.add_argument("--workers", type=int, default=2, help="simulations run in this many processes")
-    parser.add_argument("--skip-simulation", action="store_true")
+    parser.add_argument("--no-eta", action="store_true", help="do not ask for (nor measure) start estimates")
+    parser.add_argument("--packing", action="store_true", help="also run the packing comparison")
     parser.add_argument("--pods", default="openb_pod_list_multigpu50.csv", help="pod list of the packing test")
     parser.add_argument("--json", type=Path, help="also write the full report (every summary) here")
     args = parser.parse_args()
-    report: dict[str, Any] = {"packing": packing(args.pods)}
-    print(packing_table(report["packing"]), end="\n\n", flush=True)
-    if not args.skip_simulation:
-        report["simulation"] = simulation(args)
-        print(simulation_table(report["simulation"]))
+    report: dict[str, Any] = {}
+    if args.packing:
+        report["packing"] = packing(args.pods)
+        print(packing_table(report["packing"]), end="\n\n", flush=True)
+    report["simulation"] = simulation(args)
+    print("\n\n".join(simulation_table(report["simulation"], cost) for cost in COSTS))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

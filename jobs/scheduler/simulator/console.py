@@ -8,8 +8,9 @@ What is read, and what it becomes:
 - every workload that ran to an end: started and finished, in a final
   state (succeeded, failed, cancelled, lost) or a hibernated notebook,
   submitted within the last `since_days` days when given. Its run time is
-  finished_at - started_at of its last attempt (earlier attempts are not in
-  the ledger as run time); notebooks replay as jobs of that run
+  the `run_seconds` the product recorded when it ended (its last attempt
+  plus what checkpoints kept from earlier ones), else finished_at -
+  started_at of its last attempt; notebooks replay as jobs of that run
   time. Tenant, project, pool, GPUs per replica, replicas, accepted GPU
   models, CPU, memory and image are its own; its time limit is its
   `max_runtime_seconds` (submission fills it with the quota's maximum when
@@ -129,6 +130,7 @@ def _jobs(since: datetime | None) -> tuple[TraceJob, ...]:
             "submitted_at",
             "started_at",
             "finished_at",
+            "run_seconds",
             "max_runtime_seconds",
         )
     )
@@ -143,13 +145,18 @@ def _ran(row: Mapping[str, Any]) -> bool:
     return started is not None and finished is not None and finished > started
 
 
+def _run_s(row: Mapping[str, Any]) -> float:
+    recorded = row["run_seconds"]
+    return float(recorded) if recorded else (row["finished_at"] - row["started_at"]).total_seconds()
+
+
 def _job(row: Mapping[str, Any], origin: datetime) -> TraceJob:
     limit = row["max_runtime_seconds"]
     return TraceJob(
         id=str(row["id"]),
         tenant=row["tenant__slug"],
         submitted_at=(row["submitted_at"] - origin).total_seconds(),
-        duration_s=(row["finished_at"] - row["started_at"]).total_seconds(),
+        duration_s=_run_s(row),
         gpus=row["gpus_per_replica"],
         replicas=row["replicas"],
         cpu_milli=row["cpu_milli"],

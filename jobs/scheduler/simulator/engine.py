@@ -155,8 +155,8 @@ class _World:
     epochs: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     # (time, job id, epoch) of each running job's next checkpoint.
     checkpoints: list[tuple[float, str, int]] = field(default_factory=list)
-    # Pending job ids by (tenant, total GPUs): the jobs a completion can change the prediction of.
-    similar: dict[tuple[str, int], set[str]] = field(default_factory=lambda: defaultdict(set))
+    # Pending job ids by (project, GPUs per replica, replicas): the jobs a completion can change the prediction of.
+    similar: dict[tuple[str, int, int], set[str]] = field(default_factory=lambda: defaultdict(set))
 
 
 class Simulation:
@@ -251,12 +251,12 @@ class Simulation:
     def _queue(self, workload: Workload) -> None:
         self.world.pending[workload.id] = workload
         if self.predictor is not None:
-            self.world.similar[(workload.tenant, workload.total_gpus)].add(workload.id)
+            self.world.similar[(workload.project, workload.gpus, workload.replicas)].add(workload.id)
 
     def _unqueue(self, workload_id: str) -> Workload:
         workload = self.world.pending.pop(workload_id)
         if self.predictor is not None:
-            self.world.similar[(workload.tenant, workload.total_gpus)].discard(workload_id)
+            self.world.similar[(workload.project, workload.gpus, workload.replicas)].discard(workload_id)
         return workload
 
     def _end(self, now: float, running: _Running) -> None:
@@ -281,7 +281,7 @@ class Simulation:
         """Refresh the predictions of the pending jobs a completion of `done` can change."""
         assert self.predictor is not None
         pending = self.world.pending
-        for job_id in self.world.similar.get((done.tenant, done.total_gpus), ()):
+        for job_id in self.world.similar.get((done.project_name, done.gpus, done.replicas), ()):
             predicted = self.predictor.predict(self.jobs[job_id])
             if pending[job_id].predicted_s != predicted:
                 pending[job_id] = replace(pending[job_id], predicted_s=predicted)

@@ -1,13 +1,16 @@
-"""Run-time predictions learned from history, as the product would make them.
+"""Run-time predictions learned from history, by the product's rule (`jobs.services.predictions`).
 
-The predictor sees only jobs that completed (succeeded): the run time each
-needed. A job killed at its limit is left out, since its run time is only
-known to exceed the limit. Similar work is the same tenant, image (Philly:
-job type) and total GPUs; without such history the same tenant and total
-GPUs; without that, no prediction. A prediction is the median of the last
-`window` similar completions (robust to the odd outlier, and it follows a
-tenant whose jobs change). Each completion costs one sort of at most
-`window` values; a prediction is two dictionary look-ups.
+The predictor sees only jobs that completed (succeeded), with the run time
+each needed; a job killed at its limit is left out, since its run time is
+only known to exceed the limit. Similar work is the same project and GPU
+shape (GPUs per replica, replicas), then, most specific first: the same
+image (Philly: job type; traces have no owner, so the product's "same owner
+and image" and "same image" are one group here), then any image. The group
+used is the most specific holding at least `min_runs` runs, failing that the
+most specific holding any; the prediction is the median of its latest
+`recent` runs (one run that crashed early or hung moves it by one place).
+No history, no prediction. Each completion costs one sort of at most
+`recent` values; a prediction is two dictionary look-ups.
 """
 
 from __future__ import annotations
@@ -17,40 +20,44 @@ from statistics import median
 
 from jobs.scheduler.simulator.traces import TraceJob
 
-Key = tuple[str, ...]
+Key = tuple[str | int, ...]
 
 
 def similar_keys(job: TraceJob) -> tuple[Key, Key]:
-    """Return the job's keys, most specific first: (tenant, image, total GPUs), then (tenant, total GPUs)."""
-    gpus = str(job.total_gpus)
-    return (job.tenant, job.image, gpus), (job.tenant, gpus)
+    """Return the job's groups, most specific first: (project, shape, image), then (project, shape)."""
+    shape = (job.project_name, job.gpus, job.replicas)
+    return (*shape, job.image), shape
 
 
 class RuntimePredictor:
-    """The median run time of the last `window` similar completed jobs."""
+    """The median run time of the latest `recent` similar completed jobs, as the product predicts."""
 
-    def __init__(self, window: int = 20) -> None:
-        self.window = window
-        self._recent: dict[Key, deque[float]] = {}
+    def __init__(self, recent: int = 20, min_runs: int = 3) -> None:
+        self.recent = recent
+        self.min_runs = min_runs
+        self._runs: dict[Key, deque[float]] = {}
         self._median: dict[Key, float] = {}
 
     def observe(self, job: TraceJob, run_s: float) -> None:
         """Learn from a completed job that ran `run_s` seconds in all."""
         for key in similar_keys(job):
-            recent = self._recent.setdefault(key, deque(maxlen=self.window))
-            recent.append(run_s)
-            self._median[key] = median(recent)
+            runs = self._runs.setdefault(key, deque(maxlen=self.recent))
+            runs.append(run_s)
+            self._median[key] = median(runs)
 
     def predict(self, job: TraceJob) -> float | None:
         """Return the predicted run time of `job`, or None without similar history."""
-        specific, general = similar_keys(job)
-        found = self._median.get(specific)
-        return found if found is not None else self._median.get(general)
+        groups = [key for key in similar_keys(job) if key in self._runs]
+        if not groups:
+            return None
+        enough = [key for key in groups if len(self._runs[key]) >= self.min_runs]
+        return self._median[(enough or groups)[0]]
 
     def describe(self) -> dict[str, object]:
         """Return the predictor as the run's JSON states it."""
         return {
             "learns_from": "completed jobs only (not those killed at their limit), at completion",
-            "similar": ["tenant + image + total GPUs", "tenant + total GPUs"],
-            "estimate": f"median of the last {self.window} similar completions",
+            "similar": ["project + GPU shape + image", "project + GPU shape"],
+            "estimate": f"median of the latest {self.recent} runs of the most specific group with at least "
+            f"{self.min_runs} (else any)",
         }

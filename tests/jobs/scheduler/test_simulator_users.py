@@ -60,15 +60,26 @@ def job(job_id: str, at: float, run_s: float, image: str = "x", gpus: int = 1, t
     return TraceJob(job_id, tenant, at, run_s, gpus, image=image, limit_s=10 * run_s)
 
 
-def test_the_predictor_takes_the_median_of_similar_work_then_falls_back_to_tenant_and_size() -> None:
-    predictor = RuntimePredictor(window=3)
+def test_the_predictor_takes_the_median_of_similar_work_by_the_products_rule() -> None:
+    predictor = RuntimePredictor(recent=3, min_runs=3)
     assert predictor.predict(job("a", 0, 1)) is None
     for run_s in (100.0, 300.0, 200.0, 900.0):
         predictor.observe(job("done", 0, run_s), run_s)
-    assert predictor.predict(job("a", 0, 1)) == 300.0  # median of the last three: 300, 200, 900
-    assert predictor.predict(job("b", 0, 1, image="other")) == 300.0  # no such image: tenant + 1 GPU
+    assert predictor.predict(job("a", 0, 1)) == 300.0  # median of the latest three: 300, 200, 900
+    assert predictor.predict(job("b", 0, 1, image="other")) == 300.0  # no such image: the project and shape
     assert predictor.predict(job("c", 0, 1, gpus=2)) is None
     assert predictor.predict(job("d", 0, 1, tenant="u")) is None
+    # One run of image y is fewer than 3: the broader group's latest three (200, 900, 50) decide.
+    predictor.observe(job("y1", 0, 50.0, image="y"), 50.0)
+    assert predictor.predict(job("e", 0, 1, image="y")) == 200.0
+
+
+def test_with_too_little_history_anywhere_the_most_specific_group_decides() -> None:
+    predictor = RuntimePredictor(recent=20, min_runs=3)
+    predictor.observe(job("y1", 0, 50.0, image="y"), 50.0)
+    predictor.observe(job("z1", 0, 70.0, image="z"), 70.0)
+    assert predictor.predict(job("e", 0, 1, image="y")) == 50.0
+    assert predictor.predict(job("f", 0, 1, image="w")) == 60.0  # the project and shape: median of 50 and 70
 
 
 class Spy(Simulation):
