@@ -96,7 +96,7 @@ def test_the_trace_holds_the_finished_workloads_the_nodes_and_the_quotas(
 
 def test_without_a_window_every_finished_workload_counts(world: World, ledger: dict[str, Workload]) -> None:
     trace, _, _ = console_trace(now=NOW)
-    assert [j.id for j in trace.jobs][0] == str(ledger["old"].pk)
+    assert trace.jobs[0].id == str(ledger["old"].pk)
     assert len(trace.jobs) == 6
 
 
