@@ -246,10 +246,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(RESERVATION_SCHEMA)
     def get_reservation(self, workload: Workload) -> dict[str, Any] | None:
-        if workload.reserved_from is None:
-            return None
-        when = serializers.DateTimeField().to_representation(workload.reserved_from)
-        return {"from": when, "replicas": workload.reserved_gpus}
+        return _reservation(workload)
 
 
 class AllocationSerializer(serializers.ModelSerializer):
@@ -368,18 +365,31 @@ class BulkResultSerializer(serializers.Serializer):
 _DATETIME = serializers.DateTimeField()
 # Fields WorkloadSerializer renders from a related row, and those it renders through DateTimeField.
 _RELATED = {"project": ("project", "slug"), "pool": ("pool", "name"), "owner": ("owner", "username")}
-_DATETIMES = frozenset({"submitted_at", "scheduled_at", "started_at", "finished_at"})
+_DATETIMES = frozenset(
+    {"submitted_at", "scheduled_at", "started_at", "finished_at", "checkpointed_at", "estimated_start_at"}
+)
+
+
+def _reservation(workload: Workload) -> dict[str, Any] | None:
+    """Return a workload's reservation as the API shows it, or None when it holds none."""
+    if workload.reserved_from is None:
+        return None
+    return {"from": _DATETIME.to_representation(workload.reserved_from), "replicas": workload.reserved_gpus}
 
 
 def _path(name: str) -> str:
     if name in _RELATED:
         return ".".join(_RELATED[name])
+    # Rendered from the workload itself (`_reservation`); read here only to keep the fields' order.
+    if name == "reservation":
+        return "reserved_from"
     return "pk" if name == "id" else name
 
 
 # Every field of a row read in one call (in C), in the serializer's order.
 _ROW_VALUES = attrgetter(*(_path(name) for name in _WORKLOAD_FIELDS))
 _DATETIME_AT = [index for index, name in enumerate(_WORKLOAD_FIELDS) if name in _DATETIMES]
+_RESERVATION_AT = _WORKLOAD_FIELDS.index("reservation")
 
 
 def workload_rows(workloads: list[Workload]) -> list[dict[str, Any]]:
@@ -399,6 +409,7 @@ def workload_rows(workloads: list[Workload]) -> list[dict[str, Any]]:
             if value not in rendered:
                 rendered[value] = _DATETIME.to_representation(value)
             values[index] = rendered[value]
+        values[_RESERVATION_AT] = _reservation(workload)
         # Choices are str subclasses (TextChoices); the renderer wants their plain value.
         rows.append(
             {name: str(v) if isinstance(v, str) else v for name, v in zip(_WORKLOAD_FIELDS, values, strict=True)}

@@ -163,9 +163,10 @@ def test_a_token_submission_reads_its_role_once(world: World) -> None:
     # The authentication query carries the membership role; neither the base nor the service reads it again.
     assert len(membership_reads) == 1 and '"tenants_apitoken"' in membership_reads[0]
     # token with owner, tenant and role (1), project (1), pool (1); images, limits, GPUs (3); budgets (1);
-    # workload, events, audit (3). Before the token carried the role: 13.
+    # the run-time history its prediction reads (1); workload, events, audit (3). Before the token carried
+    # the role: 13 (without the prediction).
     statements = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE", "BEGIN", "COMMIT"))]
-    assert len(statements) == 10, statements
+    assert len(statements) == 11, statements
 
 
 def test_a_token_loses_its_role_on_the_next_request(world: World) -> None:
