@@ -244,3 +244,35 @@ def test_a_checkpoint_of_an_earlier_attempt_keeps_nothing(world: World) -> None:
     row = {"started_at": started, "scheduled_at": started, "checkpointed_at": started - timedelta(minutes=5)}
     assert commit.kept_seconds(row) == 0.0
     assert commit.kept_seconds({**row, "checkpointed_at": None}) == 0.0
+
+
+def test_a_real_pass_reserves_gpus_for_blocked_work_and_estimates_its_start(world: World) -> None:
+    _quota(world, world.project_a, 4, 8)
+    _node(world, "n1", 4)
+    started = timezone.now() - timedelta(minutes=10)
+    running = _workload(world, gpus=4, name="running", max_runtime_seconds=3600)
+    shell.run_pass(now=started)
+    Workload.all_tenants.filter(pk=running.pk).update(state=WorkloadState.RUNNING, started_at=started)
+    # Waiting longer than the core's starvation time: it gets the pool's reservation.
+    blocked = _workload(world, gpus=4, name="blocked", submitted_at=started - timedelta(days=1))
+
+    result = shell.run_pass()
+
+    assert result is not None and result.placed == 0
+    blocked.refresh_from_db()
+    ends = started + timedelta(hours=1)
+    assert blocked.reason_code and blocked.estimated_start_at is not None
+    assert blocked.estimated_start_at == pytest.approx(ends, abs=timedelta(seconds=1)), (
+        "when the running job's limit ends it"
+    )
+    assert blocked.estimate_basis
+    assert blocked.reserved_from == pytest.approx(ends, abs=timedelta(seconds=1))
+    assert [replica["node"] for replica in blocked.reserved_gpus] == ["n1"]
+    assert len(blocked.reserved_gpus[0]["gpus"]) == 4
+
+    Workload.all_tenants.filter(pk=running.pk).update(state=WorkloadState.SUCCEEDED, finished_at=timezone.now())
+    Allocation.all_tenants.filter(workload=running).update(released_at=timezone.now())
+    shell.run_pass()
+    blocked.refresh_from_db()
+    assert blocked.state == WorkloadState.SCHEDULED
+    assert (blocked.estimated_start_at, blocked.reserved_from, blocked.reserved_gpus) == (None, None, [])
