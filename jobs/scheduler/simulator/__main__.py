@@ -1,4 +1,4 @@
-"""`python -m jobs.scheduler.simulator --trace DIR --gpus N --policy fairshare|fifo [--json F] [--plot F]`."""
+"""`python -m jobs.scheduler.simulator --trace DIR --gpus N --policy fifo|backfill|slurm|fairshare [--json F]`."""
 
 import sys
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from jobs.scheduler.core import (
@@ -116,13 +116,7 @@ class Settings:
             "usage": "decayed GPU-seconds per tenant and project, running work included, passed at every pass",
             "reservations": self.reservations,
             "estimates": self.estimates,
-            "slurm_weights": {
-                "age": self.slurm.age,
-                "fairshare": self.slurm.fairshare,
-                "job_size": self.slurm.job_size,
-                "max_age_s": self.slurm.max_age_s,
-                "favor_small": self.slurm.favor_small,
-            },
+            "slurm_weights": asdict(self.slurm),
             "wait": "time pending: before the first start and after each preemption until the restart",
         }
 
