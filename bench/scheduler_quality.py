@@ -218,6 +218,7 @@ _ROWS: tuple[tuple[str, Any, str], ...] = (
     ("GPU-h lost to preemption", _key("preemption_lost_gpu_hours"), "{:,.1f}"),
     ("killed at limit", _key("killed_at_limit"), "{:,}"),
     ("ETA error p50 / p90", lambda s: _pair(s["eta_error_p50"], s["eta_error_p90"]), "{}"),
+    ("ETA miss p50 / p90 (h)", lambda s: _hours(s["eta_miss_p50_s"], s["eta_miss_p90_s"]), "{}"),
     ("prediction error p50 (share)", lambda s: _pair(s["prediction_error_p50"], s["predicted_share"]), "{}"),
     ("quota violations", _key("quota_violations"), "{:,}"),
     ("finished / unfinished", lambda s: f"{s['finished']:,} / {s['unfinished']:,}", "{}"),
@@ -229,6 +230,10 @@ def _pair(first: float | None, second: float | None) -> str:
     if first is None:
         return "-"
     return f"{first:.2f} / {second:.2f}" if second is not None else f"{first:.2f}"
+
+
+def _hours(first: float | None, second: float | None) -> str:
+    return "-" if first is None or second is None else f"{first / 3600:.1f} / {second / 3600:.1f}"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

@@ -13,6 +13,8 @@ Definitions (stated so that they can be argued with, not tuned):
   / (actual first start - submission), the estimate being the core's
   (`Decisions.estimates`) at the first pass that left it waiting; null when
   the core gave no estimate at all (or the run did not ask for them);
+  `eta_miss_p50_s` and `eta_miss_p90_s` give the same misses in seconds (a
+  job that waited a minute and was told an hour is off by 59x, or 59 min);
 - prediction error: |predicted - actual run time| / actual run time, with
   the prediction the job had at its first start, over the jobs that had
   one (`predicted_share` of the started jobs);
@@ -121,6 +123,7 @@ class Recorder:
         self.first_start: dict[str, float] = {}
         self.estimates: dict[str, float | None] = {}
         self.eta_errors: list[float] = []
+        self.eta_misses_s: list[float] = []
         self.prediction_errors: list[float] = []
 
     def arrived(self, job_id: str, now: float) -> None:
@@ -143,6 +146,7 @@ class Recorder:
         estimate = self.estimates.get(job_id)
         if estimate is not None and now > job.submitted_at:
             self.eta_errors.append(abs(estimate - now) / (now - job.submitted_at))
+            self.eta_misses_s.append(abs(estimate - now))
         if predicted_s is not None and job.duration_s > 0:
             self.prediction_errors.append(abs(predicted_s - job.duration_s) / job.duration_s)
 
@@ -242,6 +246,8 @@ class Recorder:
         return {
             "eta_error_p50": _fraction(percentile(self.eta_errors, 0.5)) if self.eta_errors else None,
             "eta_error_p90": _fraction(percentile(self.eta_errors, 0.9)) if self.eta_errors else None,
+            "eta_miss_p50_s": round(percentile(self.eta_misses_s, 0.5), 1) if self.eta_misses_s else None,
+            "eta_miss_p90_s": round(percentile(self.eta_misses_s, 0.9), 1) if self.eta_misses_s else None,
             "eta_share": _fraction(len(self.eta_errors) / waited) if waited else None,
             "prediction_error_p50": _fraction(percentile(self.prediction_errors, 0.5))
             if self.prediction_errors

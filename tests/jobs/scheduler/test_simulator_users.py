@@ -186,6 +186,7 @@ def test_the_eta_error_compares_the_first_estimate_with_the_actual_start() -> No
     settings = Settings(Ordering.FIFO, TENANTS, PROJECTS, checkpoints=None, estimates=True)
     summary = Estimating(ETA_TRACE, settings, first).run().summary
     assert (summary["eta_error_p50"], summary["eta_error_p90"]) == (round(20 / 90, 4), round(50 / 130, 4))
+    assert (summary["eta_miss_p50_s"], summary["eta_miss_p90_s"]) == (20.0, 50.0)
     assert summary["eta_share"] == 1.0
 
 
