@@ -1,7 +1,7 @@
 """Scheduling quality: every policy side by side on the Philly-derived trace, under two preemption cost models.
 
     .venv/bin/python bench/scheduler_quality.py [--gpus 512] [--limit-jobs N] [--seed 0] [--max-runtime S]
-        [--restart-overhead 60] [--workers 2] [--no-eta] [--packing] [--pods FILE] [--json FILE]
+        [--restart-overhead 60] [--workers 2] [--no-eta] [--skip-simulation] [--pods FILE] [--json FILE]
 
 Simulation: the Philly-derived trace (15 teams as tenants, 15,264 jobs, ~125
 days) on `--gpus` GPUs of 8-GPU V100 nodes, guarantees proportional to each
@@ -27,9 +27,9 @@ comparison, and the lossless model, were dropped from this benchmark to keep
 it to the policies; `gpucloud simulate --plain-victims` and
 `--lossless-preemption` still run them.
 
-Packing (`--packing`, off by default: it measures placement, not policy):
-the pods of openb_pod_list_multigpu50.csv (or `--pods FILE`) placed in order
-on all 1,213 Alibaba GPU nodes until the first pod that no longer fits (a
+Packing (kept: about 5 s of CPU; `--skip-simulation` runs only this): the
+pods of openb_pod_list_multigpu50.csv (or `--pods FILE`) placed in order on
+all 1,213 Alibaba GPU nodes until the first pod that no longer fits (a
 fractional pod takes one whole GPU, CPU and memory count), with the core's
 bin-packing (`binpack`), plain best fit by free GPU count (`best_fit_gpus`)
 and first fit (`first_fit`): the share of GPUs left unallocated then, and
@@ -291,16 +291,15 @@ def main() -> None:
     parser.add_argument("--restart-overhead", type=float, default=60.0, metavar="SECONDS")
     parser.add_argument("--workers", type=int, default=2, help="simulations run in this many processes")
     parser.add_argument("--no-eta", action="store_true", help="do not ask for (nor measure) start estimates")
-    parser.add_argument("--packing", action="store_true", help="also run the packing comparison")
+    parser.add_argument("--skip-simulation", action="store_true", help="run the packing comparison only")
     parser.add_argument("--pods", default="openb_pod_list_multigpu50.csv", help="pod list of the packing test")
     parser.add_argument("--json", type=Path, help="also write the full report (every summary) here")
     args = parser.parse_args()
-    report: dict[str, Any] = {}
-    if args.packing:
-        report["packing"] = packing(args.pods)
-        print(packing_table(report["packing"]), end="\n\n", flush=True)
-    report["simulation"] = simulation(args)
-    print("\n\n".join(simulation_table(report["simulation"], cost) for cost in COSTS))
+    report: dict[str, Any] = {"packing": packing(args.pods)}
+    print(packing_table(report["packing"]), end="\n\n", flush=True)
+    if not args.skip_simulation:
+        report["simulation"] = simulation(args)
+        print("\n\n".join(simulation_table(report["simulation"], cost) for cost in COSTS))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
