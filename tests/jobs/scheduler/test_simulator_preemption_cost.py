@@ -174,3 +174,20 @@ def test_skipping_stalled_fifo_passes_changes_nothing(monkeypatch: pytest.Monkey
         summaries[skip] = simulation.run().summary
     assert summaries[True] == summaries[False]
     assert calls[True] < calls[False] * 0.8
+
+
+def test_a_requeued_job_carries_what_its_checkpoints_kept_and_its_preemption_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # b1 is preempted at 7,290 s having saved at 7,200 s: it comes back with 7,200 s attained and one preemption.
+    requeued: list[tuple[str, float, int]] = []
+    schedule = simulator_engine.schedule
+
+    def spy(snapshot: Any) -> Any:
+        requeued.extend((w.id, w.attained_s, w.preemptions) for w in snapshot.pending if w.preemptions)
+        return schedule(snapshot)
+
+    monkeypatch.setattr(simulator_engine, "schedule", spy)
+    summary = simulate(TRACE, COSTLY).summary
+    assert requeued and set(requeued) == {("b1", 7_200.0, 1)}
+    assert summary["max_preemptions_one_job"] == 1
