@@ -166,6 +166,8 @@ class Allocation(TenantOwnedModel):
             # Usage reports read a tenant's allocations that overlap a period (accounting.selectors):
             # without it a tenant's month scans every allocation the tenant ever held.
             models.Index(fields=["tenant", "released_at"], name="allocation_tenant_released"),
+            # The scheduler's decayed usage reads what was held lately: open allocations and recent releases.
+            models.Index(fields=["released_at"], name="allocation_released"),
         ]
         constraints = [
             # A GPU is never in two active allocations: the database refuses it, whatever the code does.

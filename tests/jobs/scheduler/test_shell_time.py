@@ -129,6 +129,8 @@ def test_settled_hours_come_from_the_rollups_with_the_same_decay(world: World) -
 
     exact = DAY / 0.6931471805599453 * (0.5 - 0.5 * 2 ** (-1 / 24))
     assert _usage(_snapshot(now)[0], "alpha") == pytest.approx(exact, rel=1e-6)
+    UsageHour.all_tenants.update(gpu_seconds=1)  # the settled hours' sum is kept: only the decay moves on
+    assert _usage(_snapshot(now + timedelta(days=1))[0], "alpha") == pytest.approx(exact / 2, rel=1e-6)
 
 
 # --- the commit -----------------------------------------------------------------------------------------------
