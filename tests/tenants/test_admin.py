@@ -36,7 +36,12 @@ def test_admin_pool_rule_violation_is_shown_and_nothing_is_written(world: World,
     before = AuditEvent.all_tenants.count()
     url = reverse("admin:inventory_nodepool_change", args=[world.pool.pk])
     # Tenant A holds quota in the pool, so it cannot be dedicated to tenant B.
-    data = {"description": "x", "dedicated_tenant": world.tenant_b.pk, "placement_policy": "binpack"}
+    data = {
+        "description": "x",
+        "dedicated_tenant": world.tenant_b.pk,
+        "placement_policy": "binpack",
+        "usage_half_life_seconds": world.pool.usage_half_life_seconds,
+    }
     response = client.post(url, data, follow=True)
     assert response.status_code == 200
     assert b"Other tenants hold quota in this pool" in response.content
