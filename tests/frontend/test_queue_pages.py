@@ -137,3 +137,19 @@ def test_the_queue_shows_what_each_preemption_cost(world: World) -> None:
 
     row = page.split('id="preemptions"')[1].split(f'data-workload="{waiting.pk}"')[1].split("</tr>")[0]
     assert "<td data-lost>1.5 GPU-h</td><td data-overhead>0.03 GPU-h</td>" in row
+
+
+def test_a_waiting_workloads_page_says_when_it_should_start(world: World) -> None:
+    _, waiting = _cluster(world)
+    Workload.all_tenants.filter(pk=waiting.pk).update(
+        estimated_start_at=timezone.now() + timedelta(minutes=45, seconds=20),
+        estimate_basis="Assumes running work ends when predicted.",
+        predicted_runtime_seconds=600,
+        prediction_basis="Median of the last 3 succeeded runs of the same owner, image and GPU shape.",
+    )
+
+    page = logged_in("member_a").get(f"/t/tenant-a/workloads/{waiting.pk}/").content.decode()
+
+    why = page.split('id="why-pending"')[1].split("</article>")[0]
+    assert "It starts in about 45 min" in why and "Assumes running work ends when predicted." in why
+    assert "Expected to run about 10 min: median of the last 3" in why
