@@ -41,6 +41,7 @@ def test_detail_and_list_show_the_estimate_reservation_prediction_and_preemption
 
     for body in (detail, listed):
         assert body["estimate_basis"] == "When workload 7 ends, as predicted."
+        assert workload.estimated_start_at is not None
         assert body["estimated_start_at"].startswith(str(workload.estimated_start_at.year))
         assert (body["predicted_runtime_seconds"], body["preemptions"]) == (5400, 1)
         assert body["prediction_basis"].startswith("Median of the last 3")
