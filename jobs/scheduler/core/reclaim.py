@@ -27,13 +27,14 @@ lose work are ruled out before any of their workloads is looked at.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
 from jobs.scheduler.core.capacity import NO_NODES, PoolCapacity, Take
 from jobs.scheduler.core.model import Preemption, Reason, Workload, last_saved_at, lost_work
 from jobs.scheduler.core.state import PassState
-from jobs.scheduler.core.timeline import earliest_start, planned_end
+from jobs.scheduler.core.timeline import planned_end
 from jobs.scheduler.core.victims import (
     newest_first,
     owner_above_fair_share,
@@ -60,6 +61,7 @@ class Reclaimer:
         self.state = state
         self.capacity = capacity
         self.all_running = running
+        self._ends: list[tuple[float, int, str]] | None = None
         self.order = victim_order if state.config.checkpoint_aware else newest_first
         oldest = state.now - state.config.min_runtime_s
         # Too young to preempt now stays too young for the whole pass.
@@ -167,16 +169,27 @@ class Reclaimer:
             return True
         victims = {v.workload.id for v, _ in chosen}
         freed = sum(len(t.gpus) for v, _ in chosen for t in v.takes if t.model in models)
-        ends = [
-            (planned_end(w, now), w.total_gpus)
-            for w in self.all_running
-            if w.id in victims or w.id not in self.state.preempted
-        ]
         # Free now, had the victims kept running: what the pool has free minus what they would free; it does not
         # fit that (fragmentation, a fabric), so at least one more end is needed, whatever the count says.
         free = min(self.capacity.free_gpus(models) - freed, claimant.total_gpus - 1)
-        wait = earliest_start(now, free, claimant.total_gpus, ends) - now
-        return cost < claimant.total_gpus * wait
+        preempted = self.state.preempted
+        for end, gpus, workload_id in self.ends:
+            if workload_id in preempted and workload_id not in victims:
+                continue  # preempted for someone else this pass: its GPUs are already counted free
+            if math.isinf(end):
+                return True  # nothing says when enough GPUs come back: waiting saves nothing for sure
+            free += gpus
+            if free >= claimant.total_gpus:
+                return cost < claimant.total_gpus * max(0.0, end - now)
+        return True
+
+    @property
+    def ends(self) -> list[tuple[float, int, str]]:
+        """Return (planned end, GPUs, id) of the pool's running work, soonest first (computed once per pass)."""
+        if self._ends is None:
+            now = self.state.now
+            self._ends = sorted((planned_end(w, now), w.total_gpus, w.id) for w in self.all_running)
+        return self._ends
 
     def _node_by_node(self, claimant: Workload, models: tuple[str, ...]) -> Chosen | None:
         """Make room replica by replica where it costs fewest GPUs; [] asks for the in-order search, None gives up."""
