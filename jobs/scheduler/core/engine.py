@@ -50,6 +50,7 @@ from jobs.scheduler.core.model import (
     Waiting,
     Workload,
     lost_work,
+    planned_run_s,
 )
 from jobs.scheduler.core.priority import shortest_first, slurm_priority
 from jobs.scheduler.core.reclaim import Reclaimer
@@ -195,6 +196,8 @@ class _PoolPass:
         self.held: list[Take] = []
         self.preempting = state.config.preemption and state.config.ordering is Ordering.FAIRSHARE
         self.reserving = state.config.reservations and state.config.ordering in (Ordering.SLURM, Ordering.FAIRSHARE)
+        # Starving workloads tried before the fair-share order: skipped when their turn comes.
+        self.started_first: set[str] = set()
 
     def fifo(self, queue: Sequence[Workload]) -> None:
         """Place in submission order and stop at the first workload that does not start."""
@@ -215,6 +218,7 @@ class _PoolPass:
         now = self.state.now
         if self.reserving:
             self._reserve_for_starving(queue)
+        self._express(queue)
         queues: dict[str, dict[str, list[Workload]]] = defaultdict(lambda: defaultdict(list))
         for workload in sorted(queue, key=lambda w: shortest_first(w, now)):
             queues[workload.tenant][workload.project].append(workload)
@@ -226,7 +230,8 @@ class _PoolPass:
             cursor = cursors[(tenant, project)]
             cursors[(tenant, project)] = cursor + 1
             preemptions = len(self.state.preemptions)
-            self.attempt(queues[tenant][project][cursor])
+            if queues[tenant][project][cursor].id not in self.started_first:
+                self.attempt(queues[tenant][project][cursor])
             if len(self.state.preemptions) != preemptions:
                 # Victims' owners lost usage: every rank may have moved.
                 tenants, projects = self._heaps(queues, cursors)
@@ -314,8 +319,31 @@ class _PoolPass:
         largest = max(self.capacity.largest_node_by_model.values(), default=0)
         return workload.gpus > 0 and workload.total_gpus > largest
 
+    def _express(self, queue: Sequence[Workload]) -> None:
+        """Try first, shortest first, the work planned to take at most `express_gpu_s` GPU-seconds.
+
+        Such work costs any owner's fair share little and is most of what
+        people wait on interactively: serving it before the fair-share order
+        lowers the mean wait (measured in docs/scheduler.md).
+        """
+        limit, now = self.state.config.express_gpu_s, self.state.now
+        if limit <= 0:
+            return
+        short = []
+        for workload in queue:
+            run = planned_run_s(workload)
+            if run is not None and workload.id not in self.started_first and run * workload.total_gpus <= limit:
+                short.append(workload)
+        for workload in sorted(short, key=lambda w: shortest_first(w, now)):
+            self.started_first.add(workload.id)
+            self.attempt(workload)
+
     def _reserve_for_starving(self, queue: Sequence[Workload]) -> None:
-        """Reserve for the workload that has waited longest past `starvation_s`, if one is blocked by capacity."""
+        """Serve first the workload that has waited longest past `starvation_s`; reserve for it if it does not start.
+
+        Rule-blocked workloads (limits, budgets, pool rules) are passed over:
+        they wait for their owner, not for capacity. A few are tried, oldest first.
+        """
         state = self.state
         oldest = state.now - state.config.starvation_s
         starving = sorted(
@@ -324,10 +352,11 @@ class _PoolPass:
         for workload in starving[:8]:
             if self._blocked(workload) is not None or self.capacity is None:
                 continue
+            self.started_first.add(workload.id)  # attempted once: its place or its reason is recorded now
+            if self.attempt(workload):
+                continue
             models = self.capacity.accepted(workload.models)
-            if self._place(workload, models, probe=True) is not None:
-                continue  # it fits now: the pass places it in its turn
-            if self._reserve(workload, models):
+            if self.hold is None and self._reserve(workload, models):
                 return
 
     def _reserve(self, workload: Workload, models: tuple[str, ...]) -> bool:

@@ -302,6 +302,8 @@ class SchedulerConfig:
     reservations: bool = True
     # Under fairshare, a workload waiting longer than this gets the pool's reservation before any other.
     starvation_s: float = 6 * 3600.0
+    # Under fairshare, work planned to take at most this many GPU-seconds is tried first, shortest first (0: off).
+    express_gpu_s: float = 2 * 3600.0
     # Start-time estimates for every waiting workload (the simulator turns them off when it does not measure them).
     estimates: bool = True
     slurm: SlurmWeights = field(default_factory=SlurmWeights)

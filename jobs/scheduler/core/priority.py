@@ -28,8 +28,8 @@ from collections.abc import Iterable
 
 from jobs.scheduler.core.model import OwnerUsage, SchedulerConfig, Workload, planned_run_s
 
-# Waiting this long halves a workload's shortest-first key (and so on): long work moves up as it waits.
-AGING_S = 43_200.0
+# Waiting three days halves a workload's shortest-first key (and so on): long work moves up as it waits.
+AGING_S = 259_200.0
 
 Key = tuple[str, str, str | None]  # (pool, tenant, project or None)
 

@@ -48,6 +48,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-limits", action="store_true", help="jobs have no time limit (the model before)")
     p.add_argument(
+        "--no-chains",
+        action="store_true",
+        help="a job longer than the maximum is killed there for good (default: it continues as a chain of jobs)",
+    )
+    p.add_argument(
         "--checkpoint-interval",
         type=float,
         metavar="SECONDS",
@@ -141,6 +146,7 @@ def run_settings(
         predictions=not args.no_predictions,
         decay_half_life_s=args.decay_half_life,
         estimates=args.eta,
+        chains=not args.no_chains,
     )
 
 

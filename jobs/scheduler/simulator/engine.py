@@ -96,6 +96,7 @@ class Settings:
     estimates: bool = False
     reservations: bool = True
     max_preemptions: int = 3
+    chains: bool = True
     slurm: SlurmWeights = DEFAULT_SLURM
 
     def assumptions(self) -> dict[str, Any]:
@@ -105,6 +106,12 @@ class Settings:
             "seed": self.seed,
             "policies_read": "each job's time limit and predicted run time, never its true run time",
             "time_limits": self.limits.describe() if self.limits is not None else "none",
+            "chains": (
+                "a job longer than the pool's maximum runs as a chain of jobs of at most the maximum, each saving at "
+                "its limit and submitted when the previous ends"
+                if self.chains and self.limits is not None
+                else "none: a job longer than the maximum is killed there"
+            ),
             "checkpoints": self._checkpoints(),
             "restart_overhead_s": 0.0 if self.lossless_preemption else self.restart_overhead_s,
             "lossless_preemption": self.lossless_preemption,
@@ -192,6 +199,7 @@ class Simulation:
         self.budgets = BudgetBooks(settings.budgets) if settings.budgets else None
         self.predictor = RuntimePredictor() if settings.predictions else None
         self.usage = UsageBooks(settings.decay_half_life_s)
+        self.chained = 0  # continuations queued for jobs longer than the pool's maximum
         self.unestimated: list[str] = []  # arrived since the core's last pass: their first estimate is due
 
     def run(self) -> Result:
@@ -205,6 +213,7 @@ class Simulation:
         result = self.recorder.result(unfinished=len(self.world.pending))
         if self.budgets is not None:
             result.summary["budgets"] = self.budgets.summary(self._running(), self.recorder.last_time)
+        result.summary["chained_continuations"] = self.chained
         result.summary["assumptions"] = self.settings.assumptions()
         return result
 
@@ -263,6 +272,9 @@ class Simulation:
         self.stalled = False
         if running.killed:
             ran = now - (workload.started_at if workload.started_at is not None else now)
+            if self._chains(workload):
+                self._continue(now, workload, ran)
+                return
             self.recorder.finished(workload.id, now, unfinished_work_s=world.remaining[workload.id] - ran)
             return
         self.recorder.finished(workload.id, now)
@@ -270,6 +282,40 @@ class Simulation:
             job = self.jobs[workload.id]
             self.predictor.observe(job, job.duration_s)
             self._repredict(job)
+
+    def _chains(self, workload: Workload) -> bool:
+        """Return whether a job killed at its limit is continued: it asked the pool's maximum and needs more."""
+        limits = self.settings.limits
+        return (
+            self.settings.chains
+            and limits is not None
+            and workload.limit_s is not None
+            and workload.limit_s >= limits.max_runtime_s
+        )
+
+    def _continue(self, now: float, workload: Workload, ran: float) -> None:
+        """Queue the next job of a chain: a new submission at `now` resuming from what the killed one saved.
+
+        A job longer than the pool's maximum is run the way its users run it
+        under a time limit: as a chain of jobs of at most the maximum, each
+        writing a checkpoint when its limit comes and submitted when the
+        previous one ends (Slurm users chain with --dependency=singleton or
+        a requeue). Its completion time runs from the first submission to
+        the last job's end; the gaps between the jobs count as waiting.
+        """
+        self.world.remaining[workload.id] -= ran
+        self.chained += 1
+        self._queue(
+            replace(
+                workload,
+                submitted_at=now,
+                started_at=None,
+                allocation=(),
+                checkpointed_at=None,
+                attained_s=workload.attained_s + ran,
+            )
+        )
+        self.recorder.arrived(workload.id, now)
 
     def _repredict(self, done: TraceJob) -> None:
         """Refresh the predictions of the pending jobs a completion of `done` can change."""

@@ -109,5 +109,16 @@ def test_a_job_still_running_at_its_limit_is_killed_there() -> None:
 def test_the_pool_maximum_caps_a_drawn_limit_and_kills_a_longer_job() -> None:
     # No limit in the trace: the draw is at most the maximum (1,000 s here), so a 5,000 s job dies at 1,000 s.
     trace = Trace("cap", (NODE,), (TraceJob("long", "t", 0.0, 5_000.0, 1),))
-    summary = Simulation(trace, settings(Ordering.FIFO, limits=LimitModel(max_runtime_s=1_000.0))).run().summary
+    limits = LimitModel(max_runtime_s=1_000.0)
+    summary = Simulation(trace, settings(Ordering.FIFO, limits=limits, chains=False)).run().summary
     assert (summary["killed_at_limit"], summary["mean_jct_s"]) == (1, 1_000.0)
+
+
+def test_a_job_longer_than_the_maximum_runs_as_a_chain() -> None:
+    # 5,000 s of work under a 1,000 s maximum: five jobs of 1,000 s back to back, one completion at 5,000 s.
+    # Each later job asks the maximum again and resumes from what the one before saved at its limit.
+    trace = Trace("chain", (NODE,), (TraceJob("long", "t", 0.0, 5_000.0, 1),))
+    simulation = Simulation(trace, settings(Ordering.FIFO, limits=LimitModel(max_runtime_s=1_000.0)))
+    summary = simulation.run().summary
+    assert (summary["killed_at_limit"], summary["chained_continuations"], summary["mean_jct_s"]) == (0, 4, 5_000.0)
+    assert simulation.recorder.finished_at == {"long": 5_000.0}
