@@ -97,16 +97,22 @@ def text(value: Any) -> str:
     return str(value)
 
 
+def _moment(stamp: str) -> datetime | None:
+    """Return an RFC 3339 time as an aware datetime (UTC when it names no zone); None when it does not parse."""
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 def ago(stamp: str | None, *, now: datetime | None = None) -> str:
     """Return an RFC 3339 time as people read it in a table ("5s", "3m", "2h", "4d"); `-` for None."""
     if not stamp:
         return "-"
-    try:
-        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
+    moment = _moment(stamp)
+    if moment is None:
         return stamp
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
     seconds = max(0, int(((now or datetime.now(UTC)) - moment).total_seconds()))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
@@ -119,12 +125,9 @@ def until(stamp: str | None, *, now: datetime | None = None) -> str:
     a minute or past); `-` for None."""
     if not stamp:
         return "-"
-    try:
-        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
+    moment = _moment(stamp)
+    if moment is None:
         return stamp
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
     seconds = int((moment - (now or datetime.now(UTC))).total_seconds())
     if seconds < 60:
         return "now"
