@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -62,11 +63,14 @@ def estimate_pool(
     total = sum(capacity.capacity_by_model.values())
     estimator = Estimator(now, capacity.free_gpus(capacity.models), total, everything)
     estimates: dict[str, Estimate] = {}
+    owners: _OwnerEnds | None = None  # built when the first workload over its limit needs it
     for workload, reason in waiting:
         if reason in _NO_ESTIMATE or not workload.gpus:
             continue
         if reason is Reason.QUOTA_LIMIT:
-            start = _after_owner_frees(state, workload, everything)
+            if owners is None:
+                owners = _OwnerEnds(now, everything)
+            start = _after_owner_frees(state, workload, owners)
             basis = OVER_LIMIT
         else:
             start, basis = estimator.next_start(workload), IN_QUEUE
@@ -81,15 +85,25 @@ def _started_now(workload: Workload, now: float) -> Workload:
     return replace(workload, started_at=now)
 
 
-def _after_owner_frees(state: PassState, workload: Workload, running: Sequence[Workload]) -> float:
+class _OwnerEnds:
+    """Planned ends of running work grouped by tenant and by project, built once per pool."""
+
+    def __init__(self, now: float, running: Sequence[Workload]) -> None:
+        self.by_tenant: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
+        self.by_project: dict[tuple[str, str, str], list[tuple[float, int]]] = defaultdict(list)
+        for workload in running:
+            end = (planned_end(workload, now), workload.total_gpus)
+            self.by_tenant[tenant_key(workload)].append(end)
+            self.by_project[project_key(workload)].append(end)
+
+
+def _after_owner_frees(state: PassState, workload: Workload, ends: _OwnerEnds) -> float:
     """Return when the workload's tenant and project have room under their limits, by their work's planned ends."""
     now, need = state.now, workload.total_gpus
     tenant, project = tenant_key(workload), project_key(workload)
     tenant_room = state.tenant_quota(tenant).limit - state.tenant_usage[tenant]
     project_room = state.project_quota(project).limit - state.project_usage[project]
-    by_tenant = [(planned_end(w, now), w.total_gpus) for w in running if tenant_key(w) == tenant]
-    by_project = [(planned_end(w, now), w.total_gpus) for w in running if project_key(w) == project]
     return max(
-        earliest_start(now, int(tenant_room), need, by_tenant),
-        earliest_start(now, int(project_room), need, by_project),
+        earliest_start(now, int(tenant_room), need, ends.by_tenant.get(tenant, ())),
+        earliest_start(now, int(project_room), need, ends.by_project.get(project, ())),
     )
