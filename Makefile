@@ -13,6 +13,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test`: one per core and one more, since much of the suite waits on Docker,
+# browsers and subprocesses rather than computing. TEST_WORKERS=0 runs it in this process (a debugger, -x).
+# Whole files go to one worker (--dist loadfile): their module fixtures are set up once. At most 8: each
+# worker has a database, a Redis database (of 14: tests/conftest.py) and browsers of its own.
+TEST_WORKERS ?= $(shell n=$$(( $$(nproc) + 1 )); echo $$(( n > 8 ? 8 : n )))
 # `make run PORT=8080 HOST=0.0.0.0 DEMO=1`: where the console listens (default GPUCLOUD_PORT, else 8000, on
 # GPUCLOUD_HOST, else 127.0.0.1), and DEMO=1 adds the simulated demo fleet (`gpucloud up --demo`).
 PORT ?=
@@ -30,6 +35,7 @@ PIP_PROGRESS := $(VENV)/bin/python tools/install_progress.py
 # each run and never written anywhere.
 DEPLOY_ENV := DEBUG=0 \
 	ALLOWED_HOSTS=gpucloud.example.com \
+	NOTEBOOK_ORIGIN=https://nb-{id}.apps.example.net \
 	REDIS_URL=redis://127.0.0.1:6379/0 \
 	DATABASE_URL=postgres://gpucloud:gpucloud@127.0.0.1:5432/gpucloud
 
@@ -46,13 +52,15 @@ run: env assets ## serve the console on http://127.0.0.1:8000 (PORT=, HOST=, DEM
 # throwaway one unless the caller brings their own.
 test: env-dev assets ## run the test suite (PYTEST_ARGS=... to pass arguments to pytest)
 	SECRET_KEY="$${SECRET_KEY:-$$($(VENV)/bin/python -c 'import secrets; print(secrets.token_urlsafe(48))')}" \
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
-lint: env-dev ## ruff, formatting, mypy and import contracts
+lint: env-dev ## ruff, formatting, mypy, import contracts, tenant scoping (tools/scoping_allowlist.toml), dead code
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/python tools/check_scoping.py
+	$(VENV)/bin/vulture
 
 deploy-check: env-dev ## Django's deployment checks under production-like settings
 	SECRET_KEY="$$($(VENV)/bin/python -c 'import secrets; print(secrets.token_urlsafe(48))')" \

@@ -19,7 +19,7 @@ def fleet(
     The nodes are docker nodes (their reports come from the bench) unless `simulated`: then they are
     simulated nodes as provisioning leaves them (the simulated runtime's CPUs and memory, the probe's GPU
     count, model and memory, a first heartbeat now), whose work and heartbeats the controller runs; pass
-    `inventory.drivers.simulated_probe.simulated_uuid` as `uuid` so the probe's samples match them.
+    `inventory.drivers.simulated.simulated_uuid` as `uuid` so the probe's samples match them.
 
     Exits unless DATABASE_URL is a (scratch) Postgres database and REDIS_URL is set: the benchmarks using
     it measure both.
@@ -44,7 +44,7 @@ def fleet(
     )
     memory = GPU_MEMORY_MB if simulated else 0
     made = Gpu.objects.bulk_create(
-        Gpu(node=node, index=g, uuid=uuid(node.name, g), model=MODEL, memory_mb=memory)
+        Gpu(node=node, index=g, uuid=uuid(node.name, g), model=MODEL, memory_mib=memory)
         for node in created
         for g in range(gpus)
     )
@@ -60,8 +60,8 @@ def _simulated_fields(gpus: int) -> dict[str, Any]:
     return {
         "simulated_gpu_count": gpus,
         "simulated_gpu_model": MODEL,
-        "cpu_cores": info.cpus,
-        "memory_mb": info.memory_mb,
+        "cpu_cores": info.cpu_cores,
+        "memory_mib": info.memory_mib,
         "nvidia_runtime": True,
         "device_requests": True,
         "last_heartbeat_at": timezone.now(),

@@ -33,7 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from inventory.agent.remote.client import ConsoleClient  # noqa: E402  # after the checkout is on the path
+from common.protocol.messages import LogBatches  # noqa: E402  # after the checkout is on the path
+from inventory.agent.remote.client import ConsoleClient  # noqa: E402
 from inventory.agent.remote.sender import Sender  # noqa: E402
 from inventory.agent.remote.spool import LiveSamples, Spool  # noqa: E402
 from tests.inventory.console_stub import ConsoleStub  # noqa: E402
@@ -54,7 +55,7 @@ def log_batch(number: int, lines: int, line_bytes: int) -> dict[str, Any]:
         "marks": [f"c{number}.{index}" for index in range(lines)],
         "seq": number,
     }
-    return {"kind": "task", "task": "jobs.ingest_log_batches", "kwargs": {"batches": [batch]}}
+    return {"kind": "task", "task": LogBatches.TASK, "kwargs": {"batches": [batch]}}
 
 
 def write_throughput(directory: Path, writes: int, lines: int, line_bytes: int) -> dict[str, float]:

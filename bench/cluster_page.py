@@ -131,7 +131,7 @@ def _fleet(pools: list[Any], nodes: int, gpus: int) -> list[Any]:
             simulated_gpu_count=gpus,
             simulated_gpu_model=MODEL,
             cpu_cores=128,
-            memory_mb=1_024_000,
+            memory_mib=1_024_000,
         )
         for i in range(nodes)
     )
@@ -142,7 +142,7 @@ def _fleet(pools: list[Any], nodes: int, gpus: int) -> list[Any]:
             index=g,
             uuid=f"GPU-{node.name}-{g:02d}",
             model=MODEL,
-            memory_mb=81559,
+            memory_mib=81559,
             utilization=float((i * 37 + g * 11) % 100),
             last_sample_at=now,
         )

@@ -36,10 +36,11 @@ sys.path.insert(0, str(ROOT))
 
 from inventory.drivers import policy  # noqa: E402 -- after the path is set
 from inventory.drivers.base import Resources, WorkloadSpec  # noqa: E402
-from inventory.drivers.docker_runtime import DockerRuntime, container_config  # noqa: E402
+from inventory.drivers.docker import DockerRuntime, container_config  # noqa: E402
 
 COMMAND = ["sleep", "3600"]
 TENANT = f"bench-{uuid.uuid4().hex[:6]}"
+INSTALLATION = uuid.uuid4().hex[:16]  # a console of its own: its names and bridge never meet a real console's
 
 
 def _docker(*args: str) -> str:
@@ -49,19 +50,20 @@ def _docker(*args: str) -> str:
 def _spec(image: str, iteration: int, way: str) -> WorkloadSpec:
     workload = f"bench{way}{uuid.uuid4().hex[:8]}"
     return WorkloadSpec(
-        name=policy.container_name(workload, 0, iteration),
+        name=policy.container_name(INSTALLATION, workload, 0, iteration),
+        installation=INSTALLATION,
         workload_id=workload,
         tenant=TENANT,
         attempt=iteration,
         image=image,
         command=COMMAND,
-        resources=Resources(cpus=1.0, memory_mb=256, pids=128),
+        resources=Resources(cpu_milli=1000, memory_mib=256, pids=128),
     )
 
 
 def _cli_flags(spec: WorkloadSpec, runtime: DockerRuntime) -> list[str]:
     """Return the `docker run` flags that create what `container_config` describes."""
-    config = container_config(spec, user=runtime.user, network=policy.tenant_network_name(spec.tenant))
+    config = container_config(spec, user=runtime.user, network=policy.tenant_network_name(INSTALLATION, spec.tenant))
     host = config["host_config"]
     flags = ["--init", "--user", config["user"], "--network", host["NetworkMode"], "--cap-drop", "ALL"]
     flags += ["--security-opt", "no-new-privileges", "--ipc", "private", "--pids-limit", str(host["PidsLimit"])]
@@ -137,7 +139,7 @@ def main() -> None:
         leftovers = _docker("ps", "-aq", "--filter", f"label={policy.LABEL_TENANT}={TENANT}").split()
         if leftovers:
             _docker("rm", "-f", *leftovers)
-        _docker("network", "rm", policy.tenant_network_name(TENANT))
+        _docker("network", "rm", policy.tenant_network_name(INSTALLATION, TENANT))
     summary = {way: _summary(*measured) for way, measured in times.items()}
     ratio = {key.removesuffix("_ms"): round(summary["runtime"][key] / summary["cli"][key], 2) for key in summary["cli"]}
     print(json.dumps({"iterations": args.iterations, "grace_seconds": args.grace, **summary, "ratio": ratio}, indent=2))

@@ -61,7 +61,7 @@ def _world() -> tuple[object, object, object]:
         tenant=tenant, project=project, pool=pool, defaults={"guaranteed": 8, "limit": 8}
     )
     node, created = Node.objects.get_or_create(
-        name=NODE, defaults={"pool": pool, "runtime": "docker", "state": "ready", "cpu_cores": 8, "memory_mb": 16000}
+        name=NODE, defaults={"pool": pool, "runtime": "docker", "state": "ready", "cpu_cores": 8, "memory_mib": 16000}
     )
     if created:
         Gpu.objects.create(node=node, index=0, uuid=f"GPU-{NODE}-0", model="bench")

@@ -124,7 +124,7 @@ class Client:
 
 def _setup(nodes: int, gpus: int, tenants: int) -> list[Client]:
     """Create the fleet, and `tenants` tenants sharing it; return each tenant's member token."""
-    from inventory.drivers.simulated_probe import simulated_uuid
+    from inventory.drivers.simulated import simulated_uuid
 
     fleet(POOL, "sim", nodes, gpus, simulated_uuid, simulated=True)
     capacity = nodes * gpus
@@ -198,7 +198,9 @@ def worker() -> None:
     django.setup()
     from celery.app import trace as celery_trace
 
-    import inventory.drivers.simulated as simulated
+    # The runtime reads its default duration from its own module's global: the bench sets it there (a
+    # private module of the driver; the package's names are copies).
+    import inventory.drivers.simulated._runtime as simulated
     from gpucloud.cli import main as gpucloud
 
     simulated.DEFAULT_DURATION = float(os.environ.get("FLEET_SCALE_DURATION", simulated.DEFAULT_DURATION))

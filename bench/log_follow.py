@@ -211,6 +211,7 @@ def _write(nodes: list[list[int]], rate: int, seconds: float) -> int:
     `jobs.ingest_log_batches` message every SHIP_SECONDS (the busy case:
     a quiet node's outbox sends at once).
     """
+    from common.protocol.messages import LogBatches
     from gpucloud.celery import app
     from inventory.agent.executor import BATCH_SECONDS, SHIP_SECONDS
 
@@ -233,7 +234,7 @@ def _write(nodes: list[list[int]], rate: int, seconds: float) -> int:
                 batches.append(_batch(w, due[w], per_batch, counters, cursors))
                 due[w] += BATCH_SECONDS
         if batches:
-            app.send_task("jobs.ingest_log_batches", kwargs={"batches": batches}, queue="ingest")
+            app.send_task(LogBatches.TASK, kwargs={"batches": batches}, queue="ingest")
             written += per_batch * len(batches)
         ship[k] += SHIP_SECONDS
     return written

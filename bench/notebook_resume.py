@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from execution_start import _setup_django
-from notebook_start import NODE, _session, _start, _world
+from notebook_start import NODE, _session, _start, _world, hand_off
 
 DOCKER_IMAGE = "gpucloud-test/jupyter:latest"
 PROCESS_IMAGE = "registry.local/jupyter:lab"
@@ -54,13 +54,19 @@ def _until_usable(console: str, cookie: str, workload_id: int, attempt: int, sta
     from jobs.models import Workload
 
     running = 0.0
-    with httpx.Client(base_url=console, headers={"Cookie": cookie}, timeout=10) as browser:
+    entered = None
+    with httpx.Client(timeout=10) as browser:
         while True:
             if time.perf_counter() - started > LIMIT_S:
                 raise RuntimeError(f"notebook {workload_id} was not usable within {LIMIT_S:g} s")
             if not running and Workload.all_tenants.filter(pk=workload_id, state="running", attempt=attempt).exists():
                 running = time.perf_counter() - started
-            if running:
+            if running and entered is None:
+                # The console hands a browser over to the notebook's own origin once the notebook runs.
+                entered = hand_off(console, cookie, workload_id)
+                if entered is not None:
+                    browser.base_url, browser.headers["Cookie"] = httpx.URL(entered[0]), entered[1]
+            if entered is not None:
                 lab = browser.get(f"/notebooks/{workload_id}/lab")
                 status = browser.get(f"/notebooks/{workload_id}/api/status")
                 if lab.status_code == 200 and status.status_code == 200:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -24,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from execution_start import _setup_django
 
@@ -45,7 +47,7 @@ def _world() -> tuple[object, object, object]:
     project = Project.all_tenants.create(tenant=tenant, slug="bench", name="Bench")
     TenantQuota.all_tenants.create(tenant=tenant, pool=pool, guaranteed=8, limit=8)
     ProjectQuota.all_tenants.create(tenant=tenant, project=project, pool=pool, guaranteed=8, limit=8)
-    node = Node.objects.create(name=NODE, pool=pool, runtime="process", state="ready", cpu_cores=8, memory_mb=16000)
+    node = Node.objects.create(name=NODE, pool=pool, runtime="process", state="ready", cpu_cores=8, memory_mib=16000)
     Gpu.objects.create(node=node, index=0, uuid=f"GPU-{NODE}-0", model="bench")  # handed to the process only by name
     return user, project, pool
 
@@ -60,6 +62,7 @@ def _start(work_dir: Path, *, pages: bool = False) -> str:
     from django.conf import settings
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
+    from common.origins import parse_origin_pattern
     from gpucloud import embedded
     from gpucloud.asgi import application
     from gpucloud.celery import app
@@ -78,11 +81,30 @@ def _start(work_dir: Path, *, pages: bool = False) -> str:
             "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
         }
         served = ASGIStaticFilesHandler(application)  # type: ignore[arg-type]
-    server = uvicorn.Server(uvicorn.Config(served, host="127.0.0.1", port=0, log_level="warning"))
-    threading.Thread(target=server.run, daemon=True).start()
+    # As `gpucloud up` serves: the console on one port, the notebooks' own origin on a second.
+    sockets = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    console, notebooks = (f"http://127.0.0.1:{sock.getsockname()[1]}" for sock in sockets)
+    settings.NOTEBOOK_ORIGIN = parse_origin_pattern(notebooks)
+    server = uvicorn.Server(uvicorn.Config(served, log_level="warning"))
+    threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True).start()
     while not server.started:
         time.sleep(0.02)
-    return f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    return console
+
+
+def hand_off(console: str, cookie: str, workload_id: int) -> tuple[str, str] | None:
+    """Enter notebook `workload_id` as a browser does: the console's hand-off with the session `cookie`, then the
+    notebook origin's entry. Return (the notebook origin, its cookie as a Cookie header), or None while the
+    console has no notebook to hand over (not running yet)."""
+    import httpx
+
+    handed = httpx.get(f"{console}/notebooks/{workload_id}/open", headers={"Cookie": cookie}, timeout=10)
+    if handed.status_code != 302:
+        return None
+    entry = urlsplit(handed.headers["location"])
+    entered = httpx.get(handed.headers["location"], timeout=10)
+    name = next(iter(entered.cookies.keys()))
+    return f"{entry.scheme}://{entry.netloc}", f"{name}={entered.cookies[name]}"
 
 
 def _session(user: object) -> str:
@@ -112,13 +134,18 @@ def _run(console: str, cookie: str, user: object, project: object, pool: object)
     started = time.perf_counter()
     workload = services.submit_workload(actor=actor, project=project, data=data)  # type: ignore[arg-type]
     running = 0.0
-    with httpx.Client(base_url=console, headers={"Cookie": cookie}, timeout=10) as browser:
+    entered = None
+    with httpx.Client(timeout=10) as browser:
         while True:
             if time.perf_counter() - started > 60:
                 raise RuntimeError("the notebook was not usable within 60 s")
             if not running and Workload.all_tenants.filter(pk=workload.pk, state="running").exists():
                 running = time.perf_counter() - started
-            if running:
+            if running and entered is None:
+                entered = hand_off(console, cookie, workload.pk)
+                if entered is not None:
+                    browser.base_url, browser.headers["Cookie"] = httpx.URL(entered[0]), entered[1]
+            if entered is not None:
                 lab = browser.get(f"/notebooks/{workload.pk}/lab")
                 status = browser.get(f"/notebooks/{workload.pk}/api/status")
                 if lab.status_code == 200 and status.status_code == 200:

@@ -99,6 +99,7 @@ def _setup() -> tuple[int, Any]:
 def _record_endpoint(workload_id: int, endpoint: str) -> None:
     from inventory.models import Node
     from jobs.models import Replica, Workload
+    from jobs.services.execution import container_name
 
     workload = Workload.all_tenants.get(pk=workload_id)
     node = Node.objects.get(name="bench-proxy-node")
@@ -108,7 +109,7 @@ def _record_endpoint(workload_id: int, endpoint: str) -> None:
         attempt=workload.attempt,
         index=0,
         node=node,
-        name=f"gpucloud-w{workload_id}-r0-a{workload.attempt}",
+        name=container_name(workload_id, 0, workload.attempt),
         endpoint=endpoint,
         state="running",
     )
@@ -125,7 +126,8 @@ def _session_cookie(user: Any) -> str:
 
 def _start_jupyter(workload_id: int, size_mb: int) -> tuple[Any, dict[str, Any]]:
     from inventory.drivers.base import WorkloadSpec
-    from inventory.drivers.process_runtime import ProcessRuntime
+    from inventory.drivers.process import ProcessRuntime
+    from jobs.services.execution import container_name
 
     root = SCRATCH / "notebooks"
     root.mkdir()
@@ -146,7 +148,7 @@ def _start_jupyter(workload_id: int, size_mb: int) -> tuple[Any, dict[str, Any]]
         "--ServerApp.log_level=WARN",
     ]
     spec = WorkloadSpec(
-        name=f"gpucloud-w{workload_id}-r0-a1",
+        name=container_name(workload_id, 0, 1),
         workload_id=str(workload_id),
         tenant="bench-proxy",
         attempt=1,
@@ -161,12 +163,23 @@ def _start_jupyter(workload_id: int, size_mb: int) -> tuple[Any, dict[str, Any]]
     return runtime, handle
 
 
-def _serve(port: int, ready: str, cookie: str) -> subprocess.Popen[bytes]:
-    """Start `gpucloud serve` on `port`; return once the proxied `ready` path answers 200 with `cookie`."""
+def _serve(port: int) -> subprocess.Popen[bytes]:
+    """Start `gpucloud serve` on `port` (notebooks on the next port, their own origin); return once it answers."""
     command = [sys.executable, "-c", "from gpucloud.cli import main; main()", "serve", "--port", str(port)]
     server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait(f"http://127.0.0.1:{port}{ready}", {"Cookie": cookie})
+    _wait(f"http://127.0.0.1:{port}/healthz", {})
     return server
+
+
+def _enter(console: str, cookie: str, workload_id: int) -> tuple[str, str]:
+    """Enter the notebook through the console's hand-off; return (the notebook origin, its cookie header)."""
+    from notebook_start import hand_off
+
+    entered = hand_off(console, cookie, workload_id)
+    if entered is None:
+        raise SystemExit(f"the console hands over no notebook {workload_id}")
+    _wait(f"{entered[0]}/notebooks/{workload_id}/api/status", {"Cookie": entered[1]})
+    return entered
 
 
 def _wait(url: str, headers: dict[str, str], timeout: float = 120) -> None:
@@ -322,9 +335,10 @@ def main() -> None:
         workload_id, user = _setup()
         runtime, handle = _start_jupyter(workload_id, args.size_mb)
         _record_endpoint(workload_id, handle["endpoint"])
-        port, cookie = _free_port(), _session_cookie(user)
-        server = _serve(port, f"/notebooks/{workload_id}/api/status", cookie)
-        console = f"http://127.0.0.1:{port}"
+        port = _free_port()
+        server = _serve(port)
+        # Through the proxy means on the notebook origin, with its own cookie from the console's hand-off.
+        console, cookie = _enter(f"http://127.0.0.1:{port}", _session_cookie(user), workload_id)
         from django.db import connection
 
         results = {

@@ -67,7 +67,7 @@ def _load() -> int:
             runtime="simulated",
             state="ready",
             cpu_cores=n.cpu_milli // 1000,
-            memory_mb=n.memory_mib,
+            memory_mib=n.memory_mib,
         )
         for n in trace_nodes
     )

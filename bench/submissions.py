@@ -24,7 +24,7 @@ Every submission runs the full validation (allowed images included) and
 writes its event and audit entry; the bench sets no count limit and sends
 no Idempotency-Key, so no count query runs and submissions into its one
 project need not take turns. Submissions go through the API's ingest
-(`jobs/api/ingest.py`), which commits concurrent ones together: the number
+(`jobs/api/fast_ingest.py`), which commits concurrent ones together: the number
 of clients sets how many are in flight, so it trades latency for
 throughput. The clients run on the same machine as the server and
 Postgres and take their share of its cores. Set REDIS_URL (and

@@ -22,7 +22,7 @@ agents would have left it:
 - prices per GPU model, CPU and memory, changed once in the year and once
   inside the measured month at a time that is not on the hour.
 
-Then it rolls the year up by hour (accounting.rollups, timed) and reports, as
+Then it rolls the year up by hour (accounting.services.rollups, timed) and reports, as
 JSON: the tenant month report (last month, by project and user) through the
 selector, with and without the rollups, for the largest and a median tenant
 (p50/p95 over `--runs`); the usage page rendering it (/t/<tenant>/usage/,
@@ -527,7 +527,7 @@ def _build(args: argparse.Namespace, year: Any, month: Any, now: datetime) -> Pe
     from django.db import connection
 
     from accounting.models import UsageHour
-    from accounting.rollups import roll_up_hours
+    from accounting.services.rollups import roll_up_hours
 
     rng = random.Random(args.seed)  # noqa: S311 -- a reproducible world, not a secret
     started = time.perf_counter()

@@ -33,7 +33,7 @@ import json
 import logging
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import Task, bootsteps, current_task
 from celery import current_app as app
@@ -41,12 +41,16 @@ from django.core.cache import cache
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
+from common.protocol.messages import ALL, LogBatches
+from common.protocol.wire import Message
+from common.task_names import INGEST_LOGS
+
 log = logging.getLogger(__name__)
 
 CONTROL_QUEUE = "control"
 INGEST_QUEUE = "ingest"
 # Tasks that carry bulk data (a node's log batches) and the queue they travel on.
-INGEST_TASKS = frozenset({"jobs.ingest_logs", "jobs.ingest_log_batches"})
+INGEST_TASKS = frozenset({INGEST_LOGS, LogBatches.TASK})
 MARKER_SECONDS = 60
 _MARKER = "control:queued:{name}"
 
@@ -91,6 +95,37 @@ def stamp_sent_at(headers: dict[str, Any] | None = None, **_: Any) -> None:
     """Celery's `before_task_publish`: write the moment of publishing into the message's headers."""
     if headers is not None:
         headers[SENT_AT_HEADER] = time.time()
+
+
+# The header a protocol message's task carries with the version of its shape (`stamp_protocol_version`), as
+# the gateway's envelope carries it in `version`: one place per transport, read by `decode`.
+VERSION_HEADER = "gpucloud_protocol_version"
+_M = TypeVar("_M", bound=Message)
+
+
+def stamp_protocol_version(sender: str | None = None, headers: dict[str, Any] | None = None, **_: Any) -> None:
+    """Celery's `before_task_publish`: a protocol message's task says the version this side writes, unless the
+    publisher named one (the gateway forwards a joined host's own)."""
+    kind = ALL.get(str(sender))
+    if headers is not None and kind is not None:
+        headers.setdefault(VERSION_HEADER, kind.VERSION)
+
+
+def protocol_version() -> Any:
+    """Return the protocol version the running task's message names (`VERSION_HEADER`), or None: none named
+    (a publisher that does not stamp, or a task called in process)."""
+    request = getattr(current_task, "request", None)
+    found = getattr(request, VERSION_HEADER, None)
+    if found is None:  # `Task.apply` (eager) keeps custom headers apart
+        found = (getattr(request, "headers", None) or {}).get(VERSION_HEADER)
+    return found
+
+
+def decode(kind: type[_M], message: dict[str, Any]) -> _M:
+    """Return the running task's keyword arguments `message` as the protocol message `kind`, checked against
+    the version its Celery message names; raises ProtocolError naming every field that does not fit (the task
+    fails and does nothing, as the agent's tasks do with a command that does not fit)."""
+    return kind.from_wire(message, version=protocol_version())
 
 
 def evidence_time() -> datetime:

@@ -9,7 +9,7 @@ one thread at a time, but may finish in any order. Nothing waits to
 fill a batch: a lone request goes at once, and requests arriving while a
 batch is being handled form the next one, so batches grow exactly as load
 does. One database transaction per batch then serves many requests, which
-is where the throughput comes from (`jobs.api.ingest`).
+is where the throughput comes from (`jobs.api.fast_ingest`).
 
 `handle` runs on a worker thread, each thread with its own database
 connection; it returns one result per item, in order. Should it raise,

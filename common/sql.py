@@ -1,4 +1,4 @@
-"""The pieces each app's hand-written SQL (`tenants.sql`, `jobs.sql`, `inventory.sql`) is built from.
+"""The pieces each app's hand-written SQL (`tenants.fast_sql`, `jobs.fast_sql`, `inventory.fast_sql`) is built from.
 
 Table and column names come from the models' metadata, quoted by the
 backend, so a statement follows its models' fields and no name is typed

@@ -47,9 +47,20 @@ def _sign_in_lines(sign_in: SignIn | None) -> list[str]:
     return lines
 
 
-def render(*, url: str, sign_in: SignIn | None, this_machine: str, demo: str, warnings: list[str] | None = None) -> str:
-    """Return the closing banner: the console's address, the sign-in, this machine's node and the demo fleet."""
+def render(
+    *,
+    url: str,
+    sign_in: SignIn | None,
+    this_machine: str,
+    demo: str,
+    warnings: list[str] | None = None,
+    notebooks: str = "",
+) -> str:
+    """Return the closing banner: the console's address, the sign-in, where notebooks are served, this machine's
+    node and the demo fleet."""
     lines = ["", RULE, f"  gpucloud console on {url}", *_sign_in_lines(sign_in)]
+    if notebooks:
+        lines += _labelled("Notebooks:", f"{notebooks} (their own origin; the console hands you over)")
     if this_machine:
         lines += _labelled("This machine:", this_machine)
     if demo:

@@ -7,7 +7,7 @@ import os
 from celery import Celery
 from celery.signals import before_task_publish
 
-from common.control import PromptAcks, RecoverOnConnect, stamp_sent_at
+from common.control import PromptAcks, RecoverOnConnect, stamp_protocol_version, stamp_sent_at
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpucloud.settings")
 
@@ -23,3 +23,5 @@ app.steps["consumer"].add(PromptAcks)
 # Every message says when it was sent: the controller judges timeouts as of the moment its evidence is
 # complete (common.control.evidence_time).
 before_task_publish.connect(stamp_sent_at, weak=False, dispatch_uid="gpucloud.sent_at")
+# Every protocol message's task names the version of its shape, which its task checks (common.control.decode).
+before_task_publish.connect(stamp_protocol_version, weak=False, dispatch_uid="gpucloud.protocol_version")

@@ -46,10 +46,26 @@ def _setup_django() -> None:
 def _serve(host: str, port: int) -> None:
     import uvicorn
 
-    config = uvicorn.Config("gpucloud.asgi:application", host=host, port=port, lifespan="off", log_level="info")
+    from gpucloud.embedded import notebook_socket
+    from gpucloud.serving import server_config
+
+    config = server_config("gpucloud.asgi:application", host=host, port=port, lifespan="off", log_level="info")
+    # Notebooks have an origin of their own; on one machine, the next port, served by this same process.
+    notebooks = notebook_socket(host, port)
+    sockets = None if notebooks is None else [config.bind_socket(), notebooks]
     # Ctrl+C is how a console in a terminal is stopped: uvicorn already says it shut down, no traceback.
     with contextlib.suppress(KeyboardInterrupt):
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run(sockets=sockets)
+
+
+def _notebooks_next_door(host: str, port: int) -> None:
+    """Default NOTEBOOK_ORIGIN to the next port on loopback for a console on loopback (before Django reads it)."""
+    from gpucloud.embedded import default_notebook_origin
+    from gpucloud.env import env_list
+
+    default = default_notebook_origin(host, port, env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"]))
+    if default is not None:
+        os.environ.setdefault("NOTEBOOK_ORIGIN", default)
 
 
 def _say(message: str) -> None:
@@ -108,15 +124,17 @@ def _prepare_database() -> None:
 def _reconcile_now() -> None:
     """Ask for a reconcile at once: after a restart, work the broker lost is launched or released now."""
     from common import control
+    from common.protocol.messages import Reconcile
 
     try:
-        control.request("jobs.reconcile")
+        control.request(Reconcile.TASK)
     except OSError:
         print("Could not reach the broker to reconcile now; the periodic reconcile will.", file=sys.stderr)
 
 
 def cmd_up(args: argparse.Namespace) -> None:
     """Run the whole console in one process: the embedded default."""
+    _notebooks_next_door(args.host, args.port)
     _setup_django()
     from django.conf import settings
 
@@ -131,7 +149,12 @@ def cmd_up(args: argparse.Namespace) -> None:
         demo = _add_demo()
     warnings = _address_warnings(args.host)
     url = banner.console_url(args.host, args.port)
-    _say(banner.render(url=url, sign_in=sign_in, this_machine=this_machine, demo=demo, warnings=warnings))
+    notebooks = str(settings.NOTEBOOK_ORIGIN or "")
+    _say(
+        banner.render(
+            url=url, sign_in=sign_in, this_machine=this_machine, demo=demo, warnings=warnings, notebooks=notebooks
+        )
+    )
     _serve(args.host, args.port)
 
 
@@ -186,6 +209,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    _notebooks_next_door(args.host, args.port)
     _setup_django()
     _serve(args.host, args.port)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -154,3 +155,57 @@ def plan_local_node(mode: str, *, process_allowed: bool, image: str, root: Path)
     if mode == "process":
         return LocalNodePlan(None, "GPUCLOUD_AGENT_PROCESS_RUNTIME is off, so the process runtime is not allowed")
     return LocalNodePlan(None, problem or "no runtime available")
+
+
+def default_notebook_origin(host: str, port: int, allowed_hosts: list[str]) -> str | None:
+    """Return the notebook origin a console on loopback `host`:`port` serves by default: the next port.
+
+    None when the console is reached by other names (then NOTEBOOK_ORIGIN
+    must be set: only the operator knows the apps domain).
+    """
+    from gpucloud.env import loopback_only
+
+    if not loopback_only([host]) or not loopback_only(allowed_hosts):
+        return None
+    shown = "127.0.0.1" if host in ("localhost", "") else host
+    shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
+    return f"http://{shown}:{port + 1}"
+
+
+def notebook_socket(host: str, port: int) -> socket.socket | None:
+    """Return a socket bound to the notebook origin's port when this process must serve it too, else None.
+
+    That is when the origin is plain http on a port of its own: on loopback
+    (`gpucloud up`: the origin's own address), or a lab's console on
+    `--host 0.0.0.0` with `NOTEBOOK_ORIGIN=http://name:8001` (the console's
+    bind address). Behind a reverse proxy (https, or http's default port)
+    the apps host is routed to the console's own port and told apart by its
+    Host header. Raises SystemExit naming the problem when the notebook
+    origin is unset or is the console's own.
+    """
+    from django.conf import settings
+
+    from jobs.checks import notebook_origin_errors
+
+    problems = notebook_origin_errors()
+    pattern = settings.NOTEBOOK_ORIGIN
+    loopback = pattern is not None and (pattern.host in ("localhost", "[::1]") or pattern.host.startswith("127."))
+    if pattern is not None and loopback and pattern.port == port:
+        problems.append(f"NOTEBOOK_ORIGIN={pattern} is the console's own address: give notebooks another port.")
+    if problems:
+        raise SystemExit("\n".join(problems))
+    assert pattern is not None
+    if pattern.port == port or not (loopback or (pattern.scheme == "http" and pattern.port != 80)):
+        return None
+    address = pattern.host.strip("[]") if loopback else host
+    sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address, pattern.port))
+    except OSError as error:
+        sock.close()
+        raise SystemExit(
+            f"Cannot serve notebooks on {pattern} ({error}); set NOTEBOOK_ORIGIN to a free port."
+        ) from None
+    sock.set_inheritable(True)
+    return sock

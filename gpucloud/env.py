@@ -12,6 +12,7 @@ import ipaddress
 import os
 import re
 import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -156,7 +157,8 @@ def secret_key(data_dir: Path, *, required: bool) -> str:
     """Return SECRET_KEY from the environment (50 characters at least), or the one kept in `data_dir`.
 
     With `required` (distributed with DEBUG off) a missing SECRET_KEY stops
-    start-up; otherwise one is made once, owner-readable only, and kept.
+    start-up; otherwise one is made once, owner-readable only (0600), and
+    kept in `data_dir` (made or kept 0711: `private_data_dir`).
     """
     configured = env_str("SECRET_KEY")
     if configured is not None:
@@ -165,12 +167,55 @@ def secret_key(data_dir: Path, *, required: bool) -> str:
         return configured
     if required:
         raise ImproperlyConfigured("SECRET_KEY is required when REDIS_URL is set and DEBUG is off.")
-    key_file = data_dir / "secret_key"
-    if not key_file.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        key_file.touch(mode=0o600)
-        key_file.write_text(secrets.token_urlsafe(64))
+    key_file = private_data_dir(data_dir) / "secret_key"
+    try:
+        # Created owner-only before a byte is written: never readable by others, not even briefly.
+        fd = os.open(key_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        _tighten(key_file, PRIVATE_FILE_MODE)  # one kept by an older version, or copied in with looser bits
+    else:
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(64))
     return key_file.read_text().strip()
+
+
+# The console's data directory: others (a process-runtime workload's user) may pass through it to their own
+# volumes and workload directory, whose names they are given, but never list it or read what is in it.
+DATA_DIR_MODE = 0o711
+PRIVATE_FILE_MODE = 0o600
+
+
+def private_data_dir(data_dir: Path) -> Path:
+    """Make `data_dir` (with its parents) if missing and keep it DATA_DIR_MODE (0711); return it.
+
+    An existing one that this process's user owns loses any read or write
+    bit of its group and others; one another user owns is left as it is.
+    """
+    data_dir.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
+    _tighten(data_dir, DATA_DIR_MODE)
+    return data_dir
+
+
+def private_file(path: Path) -> None:
+    """Make `path` an owner-only file (0600): created empty when missing, an existing one's extra bits removed.
+
+    For the SQLite ledger: SQLite takes an empty file as a new database,
+    and gives its journal files the database file's permissions.
+    """
+    private_data_dir(path.parent)
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, PRIVATE_FILE_MODE))
+    _tighten(path, PRIVATE_FILE_MODE)
+
+
+def _tighten(path: Path, allowed: int) -> None:
+    """Clear the permission bits of `path` outside `allowed` when this process's user owns it.
+
+    A sticky directory (/tmp, given as a data directory) is shared by design and left as it is.
+    """
+    found = path.stat()
+    mode = stat.S_IMODE(found.st_mode)
+    if found.st_uid == os.geteuid() and mode & ~allowed and not mode & stat.S_ISVTX:
+        path.chmod(mode & allowed)
 
 
 def _loopback(host: str) -> bool:

@@ -21,6 +21,7 @@ from django.core.exceptions import ImproperlyConfigured
 from gpucloud.embedded import LocalNodePlan, plan_local_node
 from gpucloud.env import env_str
 from inventory.choices import RuntimeKind
+from inventory.drivers.process import NOBODY, NotRunnable, check_runnable
 from inventory.models import Node
 from inventory.services.local_node import LOCAL_LABEL, LOCAL_POOL, NOTEBOOK_IMAGE_LABEL, register_local_node
 from tenants.context import Actor
@@ -89,6 +90,17 @@ def _apply_defaults(plan: LocalNodePlan) -> None:
             settings.GPUCLOUD_HEALTHCHECK_COMMAND = ["python3", "-c", "pass"]
 
 
+def _unrunnable_note(plan: LocalNodePlan) -> str:
+    """Say so when, run as root, the process runtime's workload user cannot run the notebook command."""
+    if os.geteuid() != 0:
+        return ""
+    try:
+        check_runnable(plan.notebook_command, None, NOBODY)
+    except NotRunnable as error:
+        return f"; notebooks will not start: {error.blocked} is closed to their unprivileged user (docs/execution.md)"
+    return "; workloads run as unprivileged users"
+
+
 def register(plan: LocalNodePlan, *, actor: Actor, node: str) -> str:
     """Register node `node` as `plan` says when it is missing, apply its defaults; return the banner's line for it."""
     _apply_defaults(plan)
@@ -99,7 +111,7 @@ def register(plan: LocalNodePlan, *, actor: Actor, node: str) -> str:
     if existed:
         return plan.why
     if plan.runtime == RuntimeKind.PROCESS:
-        kind = "process runtime: NOT isolated, for development only"
+        kind = "process runtime: NOT isolated, for development only" + _unrunnable_note(plan)
     else:
         kind = f"docker runtime, notebook image {plan.image} (built here, nothing pulled)"
     return f"node {node} in pool {LOCAL_POOL}, {kind}; notebooks without GPUs run here"

@@ -18,6 +18,9 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from common import fastpaths, task_names
+from common.origins import OriginPattern, parse_origin_pattern
+from common.protocol.messages import LogBatches, Reconcile
 from gpucloud.env import (
     env_bool,
     env_choice,
@@ -29,6 +32,7 @@ from gpucloud.env import (
     env_url,
     loopback_only,
     parse_database_url,
+    private_file,
     secret_key,
 )
 from gpucloud.settings_api import SCHEMA_SETTINGS, api_settings
@@ -83,6 +87,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "common.csp.ConsoleCSPMiddleware",  # the Content-Security-Policy below
     # Answers a login that django-axes locked out with 429. Above the last, synchronous-only middleware, so
     # Django runs it synchronously like the rest instead of switching threads around it.
     "axes.middleware.AxesMiddleware",
@@ -95,7 +100,7 @@ WSGI_APPLICATION = "gpucloud.wsgi.application"
 
 TEMPLATES = [
     {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "BACKEND": "common.templating.TextSafeTemplates",  # Django's; pages never fail on bad stored text
         "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
@@ -113,6 +118,8 @@ _database = parse_database_url(
     "DATABASE_URL",
     (None if AGENT_ROLE else env_str("DATABASE_URL")) or f"sqlite:///{DATA_DIR / 'gpucloud.sqlite3'}",
 )
+if _database.engine == "django.db.backends.sqlite3" and not AGENT_ROLE:
+    private_file(Path(_database.name))  # the ledger is the console's alone (0600): workloads may run beside it
 DATABASES: dict[str, dict[str, Any]] = {
     "default": {
         "ENGINE": _database.engine,
@@ -183,9 +190,16 @@ else:
     CHANNEL_LAYERS["live"] = {"BACKEND": _LIVE_BACKENDS[LIVE_CHANNEL_LAYER], "CONFIG": {"hosts": [REDIS_URL]}}
 # Open live connections per user, across web processes; one more is closed with code 4429.
 LIVE_MAX_CONNECTIONS_PER_USER = env_int("LIVE_MAX_CONNECTIONS_PER_USER", 20, minimum=1, maximum=10000)
-# Threads per web process committing large bulk submissions (jobs/api/ingest.py): with two, one is
+# Threads per web process committing large bulk submissions (jobs/api/fast_ingest.py): with two, one is
 # validated while the one before it waits on the database.
 SUBMISSION_INGEST_BULK_THREADS = env_int("SUBMISSION_INGEST_BULK_THREADS", 2, minimum=1, maximum=16)
+# The fast paths (common.fastpaths, docs/fastpaths.md), all on unless named in GPUCLOUD_FAST_PATHS_OFF
+# (comma-separated, or `all`): each one off, the framework's own path serves instead. An unknown name stops
+# the process here.
+try:
+    FAST_PATHS = fastpaths.switches(env_list("GPUCLOUD_FAST_PATHS_OFF", []))
+except ValueError as error:
+    raise ImproperlyConfigured(f"GPUCLOUD_FAST_PATHS_OFF: {error}") from error
 # Log lines a log stream starts with when the client names none (`?tail=`), and the most it may ask for.
 LIVE_LOG_TAIL_DEFAULT = env_int("LIVE_LOG_TAIL_DEFAULT", 200, minimum=0, maximum=5000)
 LIVE_LOG_TAIL_MAX = env_int("LIVE_LOG_TAIL_MAX", 5000, minimum=1, maximum=100000)
@@ -210,7 +224,7 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "control"
 # Bulk data (log batches) has a queue and worker threads of its own, so it never starves control work.
-CELERY_TASK_ROUTES = {"jobs.ingest_logs": {"queue": "ingest"}, "jobs.ingest_log_batches": {"queue": "ingest"}}
+CELERY_TASK_ROUTES = {task_names.INGEST_LOGS: {"queue": "ingest"}, LogBatches.TASK: {"queue": "ingest"}}
 CELERY_TASK_ACKS_LATE = True
 # Distributed, each worker takes one message per thread at a time, so several workers share a queue
 # fairly. Embedded, each queue has one worker, and the in-process transport's worker loop acknowledges
@@ -247,6 +261,13 @@ GPUCLOUD_AGENT_PROCESS_RUNTIME = env_bool("GPUCLOUD_AGENT_PROCESS_RUNTIME", Fals
 DOCKER_HOST = env_str("DOCKER_HOST")
 # Allow the agent to pull missing images (the health-check image included).
 GPUCLOUD_AGENT_PULL_IMAGES = env_bool("GPUCLOUD_AGENT_PULL_IMAGES", True)
+# Registries on loopback, link-local or metadata addresses an image may still name (`host` or `host:port`, e.g.
+# 127.0.0.1:5000 for a registry served on every node's loopback): none by default (jobs.services.registries).
+IMAGE_REGISTRIES_ALLOWED = env_list("IMAGE_REGISTRIES_ALLOWED", [])
+# The agent keeps workload containers off the host's own addresses and link-local/metadata ones (iptables rules:
+# inventory.drivers.egress); GPUCLOUD_EGRESS_ALLOWED lets `CIDR:PORT` destinations through anyway.
+GPUCLOUD_AGENT_EGRESS = env_bool("GPUCLOUD_AGENT_EGRESS", True)
+GPUCLOUD_EGRESS_ALLOWED = env_list("GPUCLOUD_EGRESS_ALLOWED", [])
 
 # --- Execution -----------------------------------------------------------------
 # Seconds between SIGTERM and SIGKILL when a workload is stopped or preempted (a pool may set its own).
@@ -255,6 +276,9 @@ WORKLOAD_STOP_GRACE_SECONDS = env_int("WORKLOAD_STOP_GRACE_SECONDS", 30, minimum
 WORKLOAD_START_TIMEOUT_SECONDS = env_int("WORKLOAD_START_TIMEOUT_SECONDS", 600, minimum=5, maximum=86400)
 # Seconds between reconcile runs (ledger against what the agents report).
 WORKLOAD_RECONCILE_SECONDS = env_int("WORKLOAD_RECONCILE_SECONDS", 30, minimum=1, maximum=3600)
+# How often the controller stops the work of people who lost access (removed members, deactivated accounts
+# or tenants); the change itself asks for a sweep at once, this catches what a lost request missed.
+WORK_SWEEP_SECONDS = env_int("WORK_SWEEP_SECONDS", 30, minimum=1, maximum=60)
 # Notebooks: idle timeout (a tenant or preset may set its own), the warning before it, the GPU
 # utilization (percent) under which a GPU counts as idle, and the Jupyter image's server command.
 NOTEBOOK_IDLE_TIMEOUT_SECONDS = env_int("NOTEBOOK_IDLE_TIMEOUT_SECONDS", 3600, minimum=60)
@@ -274,6 +298,20 @@ STORAGE_UID_BASE = env_int("GPUCLOUD_STORAGE_UID_BASE", 100000, minimum=1000)  #
 STORAGE_GID_BASE = env_int("GPUCLOUD_STORAGE_GID_BASE", 200000, minimum=1000)  # + project id: its gid
 VOLUME_UPLOAD_MAX_BYTES = env_int("VOLUME_UPLOAD_MAX_BYTES", 20 * 1024**3, minimum=1)  # one upload, at most
 VOLUME_USAGE_SECONDS = env_int("VOLUME_USAGE_SECONDS", 300, minimum=10, maximum=86400)
+
+# --- Request bodies (common/bodylimit.py, docs/security.md) ----------------------------
+# Checked in the ASGI layer before a byte is buffered: a request without a valid session, API token or node
+# credential may send BODY_LIMIT_ANONYMOUS; others the default, or their route's larger limit.
+BODY_LIMIT_ANONYMOUS = env_int("BODY_LIMIT_ANONYMOUS", 64 * 1024, minimum=1024)
+BODY_LIMIT_DEFAULT = env_int("BODY_LIMIT_DEFAULT", 16 * 1024**2, minimum=BODY_LIMIT_ANONYMOUS)  # the API's JSON cap
+BODY_LIMIT_UPLOAD = VOLUME_UPLOAD_MAX_BYTES  # volume uploads (API and file browser)
+BODY_LIMIT_AGENT_REPORTS = env_int("BODY_LIMIT_AGENT_REPORTS", 16 * 1024**2, minimum=BODY_LIMIT_ANONYMOUS)
+# A body that stops for BODY_IDLE_SECONDS, or averages under BODY_MIN_BYTES_PER_SECOND once the grace is over: 408.
+BODY_IDLE_SECONDS = env_int("BODY_IDLE_SECONDS", 30, minimum=1, maximum=3600)
+BODY_READ_GRACE_SECONDS = env_int("BODY_READ_GRACE_SECONDS", 30, minimum=1, maximum=3600)
+BODY_MIN_BYTES_PER_SECOND = env_int("BODY_MIN_BYTES_PER_SECOND", 16 * 1024, minimum=1)
+# Who counts as signed in for the limits above (a function of the Authorization header and session key).
+BODY_LIMIT_PRINCIPAL_CHECK = "gpucloud.credentials.has_valid_credentials"
 # How often an agent looks at its running jobs' checkpoint directories (inventory/agent/checkpoints.py).
 CHECKPOINT_SCAN_SECONDS = env_int("CHECKPOINT_SCAN_SECONDS", 15, minimum=1, maximum=3600)
 
@@ -305,24 +343,25 @@ TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 90, minimum=1, ma
 TELEMETRY_IDLE_WINDOW_SECONDS = env_int("TELEMETRY_IDLE_WINDOW_SECONDS", 120, minimum=60, maximum=3600)
 
 CELERY_BEAT_SCHEDULE = {
-    "purge-expired-sessions": {"task": "tenants.purge_expired_sessions", "schedule": 3600.0},
-    "check-nodes": {"task": "inventory.check_nodes", "schedule": 10.0},
-    "schedule-pass": {"task": "jobs.schedule_pass", "schedule": float(SCHEDULER_PASS_SECONDS)},
-    "apply-heartbeats": {"task": "inventory.apply_heartbeats", "schedule": 1.0},
+    "purge-expired-sessions": {"task": task_names.PURGE_EXPIRED_SESSIONS, "schedule": 3600.0},
+    "check-nodes": {"task": task_names.CHECK_NODES, "schedule": 10.0},
+    "schedule-pass": {"task": task_names.SCHEDULE_PASS, "schedule": float(SCHEDULER_PASS_SECONDS)},
+    "apply-heartbeats": {"task": task_names.APPLY_HEARTBEATS, "schedule": 1.0},
     "heartbeat-simulated-nodes": {
-        "task": "inventory.heartbeat_simulated_nodes",
+        "task": task_names.HEARTBEAT_SIMULATED_NODES,
         "schedule": float(NODE_HEARTBEAT_SECONDS),
     },
-    "reconcile-workloads": {"task": "jobs.reconcile", "schedule": float(WORKLOAD_RECONCILE_SECONDS)},
-    "enforce-time-limits": {"task": "jobs.enforce_time_limits", "schedule": 10.0},
-    "check-idle-notebooks": {"task": "jobs.check_idle_notebooks", "schedule": 30.0},
-    "measure-volume-usage": {"task": "inventory.measure_volume_usage", "schedule": float(VOLUME_USAGE_SECONDS)},
-    "purge-expired-logs": {"task": "jobs.purge_expired_logs", "schedule": 3600.0},
-    "purge-telemetry": {"task": "inventory.purge_telemetry", "schedule": 86400.0},
-    "send-due-notifications": {"task": "notifications.send_due_deliveries", "schedule": 10.0},
-    "roll-up-usage": {"task": "accounting.roll_up_usage", "schedule": 600.0},
-    "expire-increase-requests": {"task": "accounting.expire_increase_requests", "schedule": 60.0},
-    "announce-budget-thresholds": {"task": "accounting.announce_budget_thresholds", "schedule": 60.0},
+    "reconcile-workloads": {"task": Reconcile.TASK, "schedule": float(WORKLOAD_RECONCILE_SECONDS)},
+    "enforce-time-limits": {"task": task_names.ENFORCE_TIME_LIMITS, "schedule": 10.0},
+    "check-idle-notebooks": {"task": task_names.CHECK_IDLE_NOTEBOOKS, "schedule": 30.0},
+    "stop-orphaned-work": {"task": task_names.STOP_ORPHANED_WORK, "schedule": float(WORK_SWEEP_SECONDS)},
+    "measure-volume-usage": {"task": task_names.MEASURE_VOLUME_USAGE, "schedule": float(VOLUME_USAGE_SECONDS)},
+    "purge-expired-logs": {"task": task_names.PURGE_EXPIRED_LOGS, "schedule": 3600.0},
+    "purge-telemetry": {"task": task_names.PURGE_TELEMETRY, "schedule": 86400.0},
+    "send-due-notifications": {"task": task_names.SEND_DUE_DELIVERIES, "schedule": 10.0},
+    "roll-up-usage": {"task": task_names.ROLL_UP_USAGE, "schedule": 600.0},
+    "expire-increase-requests": {"task": task_names.EXPIRE_INCREASE_REQUESTS, "schedule": 60.0},
+    "announce-budget-thresholds": {"task": task_names.ANNOUNCE_BUDGET_THRESHOLDS, "schedule": 60.0},
 }
 
 # django-axes' backend comes first: it refuses a locked-out login before any password is checked.
@@ -363,6 +402,8 @@ AXES_VERBOSE = False
 SILENCED_SYSTEM_CHECKS = ["axes.W001"] if EMBEDDED else []
 # Longest lifetime an API token may be given, in days.
 API_TOKEN_MAX_DAYS = env_int("API_TOKEN_MAX_DAYS", 365, minimum=1, maximum=3650)
+# Hours an invitation's one-time link works (tenants/services/invitations.py); an admin can send a new one.
+INVITATION_TTL_HOURS = env_int("INVITATION_TTL_HOURS", 72, minimum=1, maximum=720)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -404,6 +445,43 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 12 * 3600, minimum=60)
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy of every console response (common/csp.py adds the page's WebSocket origin to
+# connect-src). Scripts only from the console's own files: no inline script, no eval. Inline styles stay
+# allowed: pages size bars with style attributes, and htmx, the admin and Swagger UI inject styles.
+CONTENT_SECURITY_POLICY: dict[str, Any] = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+
+# --- Notebooks on an origin of their own (docs/deploy.md, docs/security.md) ---------
+# Notebooks (and every app users serve) are never served on the console's origin: what a notebook's
+# owner serves there could act with the session of whoever opens it. NOTEBOOK_ORIGIN names their origin:
+# a host per notebook (`https://nb-{id}.apps.example.org`: wildcard DNS and certificate) or one apps host.
+# A console answering to loopback names alone (`gpucloud up`, `make run`) defaults to the next port on
+# loopback (the CLI sets the console's port + 1); anywhere else it must be set, or the console does not
+# start (`gpucloud serve`) and `manage.py check` fails (jobs/checks.py).
+_notebook_origin = env_str("NOTEBOOK_ORIGIN") or ("http://127.0.0.1:8001" if loopback_only(ALLOWED_HOSTS) else None)
+NOTEBOOK_ORIGIN: OriginPattern | None = None
+if _notebook_origin is not None:
+    NOTEBOOK_ORIGIN = parse_origin_pattern(_notebook_origin)
+    if NOTEBOOK_ORIGIN is None:
+        raise ImproperlyConfigured(
+            f"NOTEBOOK_ORIGIN={_notebook_origin!r} is not an origin: scheme://host[:port], nothing after, "
+            "`{id}` at most once in the first label (https://nb-{id}.apps.example.org)."
+        )
+# Seconds a hand-off ticket from the console to a notebook's origin stays valid (it is single use).
+NOTEBOOK_HANDOFF_SECONDS = env_int("NOTEBOOK_HANDOFF_SECONDS", 30, minimum=5, maximum=120)
+# The notebook origin's own cookie: another name than the console's, so neither side ever reads the other's.
+NOTEBOOK_COOKIE_NAME = "gpucloud_notebook"
 # Client addresses come from REMOTE_ADDR unless the console sits behind a
 # proxy that sets X-Forwarded-For, which must then be trusted explicitly.
 TRUST_X_FORWARDED_FOR = env_bool("TRUST_X_FORWARDED_FOR", False)

@@ -40,7 +40,7 @@ def api_settings(*, num_proxies: int) -> tuple[bool, dict[str, Any]]:
         ],
         "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
         "EXCEPTION_HANDLER": "common.api.errors.exception_handler",
-        "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+        "DEFAULT_RENDERER_CLASSES": ["common.api.renderers.JSONRenderer"],
         # JSON only: one encoding with real types (a form's "" and "true" are not an integer, null or a boolean).
         "DEFAULT_PARSER_CLASSES": ["common.api.parsers.JSONParser"],
         "DEFAULT_CONTENT_NEGOTIATION_CLASS": "common.api.negotiation.StrictContentNegotiation",
@@ -81,8 +81,9 @@ SCHEMA_SETTINGS = {
         "FileKindEnum": "inventory.choices.FileKind",
         "EventKindEnum": "notifications.choices.EventKind",
         "DeliveryStateEnum": "notifications.choices.DeliveryState",
-        "RequestKindEnum": "accounting.budget_choices.RequestKind",
-        "RequestStateEnum": "accounting.budget_choices.RequestState",
+        "RequestKindEnum": "accounting.choices.RequestKind",
+        "RequestStateEnum": "accounting.choices.RequestState",
+        "InvitationStateEnum": "tenants.choices.InvitationState",
     },
 }
 """SPECTACULAR_SETTINGS: the schema's title, its error responses (common.api.schema) and the enums' names."""

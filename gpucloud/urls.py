@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from accounting.api import urls as accounting_api
 from gpucloud import views
@@ -20,7 +20,8 @@ api_v1: list[URLPattern | URLResolver] = [
     path("agent/reports", agent_gateway.AgentReportsEndpoint.as_view(), name="agent-reports"),
     path("agent/commands", agent_gateway.AgentCommandsEndpoint.as_view(), name="agent-commands"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    # The split view serves its script as a file: the Content-Security-Policy allows no inline script.
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
     path("tenants/<str:tenant>/", include(tenants_api.tenant.urls)),
     path("tenants/<str:tenant>/", include(jobs_api.tenant.urls)),
     path("tenants/<str:tenant>/", include(inventory_api.tenant.urls)),
@@ -41,5 +42,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("metrics", views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
+    # Notebooks are served on their own origin: the console only hands the browser over (jobs.views).
+    path("notebooks/", include("jobs.urls")),
     path("", include("frontend.urls")),
 ]

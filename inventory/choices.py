@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from common.transitions import Transitions
+
 
 class NodeKind(models.TextChoices):
     BARE_METAL = "bare_metal", "Bare metal"
@@ -39,27 +41,26 @@ LIVE_STATES: frozenset[NodeState] = frozenset({S.READY, S.CORDONED, S.DRAINING, 
 
 # The lifecycle. `unreachable` returns to the state it interrupted (kept on
 # the node), so it is listed as reaching every live state.
-NODE_TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
-    S.REGISTERED: frozenset({S.PROVISIONING, S.RETIRED}),
-    S.PROVISIONING: frozenset({S.READY, S.FAILED}),
-    S.FAILED: frozenset({S.PROVISIONING, S.RETIRED}),
-    S.READY: frozenset({S.CORDONED, S.DRAINING, S.UNREACHABLE}),
-    S.CORDONED: frozenset({S.READY, S.DRAINING, S.UNREACHABLE}),
-    # Uncordoning a draining node cancels the drain.
-    S.DRAINING: frozenset({S.MAINTENANCE, S.READY, S.UNREACHABLE}),
-    # Leaving maintenance for service may re-provision first (re-probe after repairs).
-    S.MAINTENANCE: frozenset({S.READY, S.RETIRED, S.PROVISIONING, S.UNREACHABLE}),
-    S.UNREACHABLE: LIVE_STATES | {S.RETIRED},
-    S.RETIRED: frozenset(),
-}
+NODE_TRANSITIONS: Transitions[NodeState] = Transitions(
+    "node",
+    NodeState,
+    {
+        S.REGISTERED: frozenset({S.PROVISIONING, S.RETIRED}),
+        S.PROVISIONING: frozenset({S.READY, S.FAILED}),
+        S.FAILED: frozenset({S.PROVISIONING, S.RETIRED}),
+        S.READY: frozenset({S.CORDONED, S.DRAINING, S.UNREACHABLE}),
+        S.CORDONED: frozenset({S.READY, S.DRAINING, S.UNREACHABLE}),
+        # Uncordoning a draining node cancels the drain.
+        S.DRAINING: frozenset({S.MAINTENANCE, S.READY, S.UNREACHABLE}),
+        # Leaving maintenance for service may re-provision first (re-probe after repairs).
+        S.MAINTENANCE: frozenset({S.READY, S.RETIRED, S.PROVISIONING, S.UNREACHABLE}),
+        S.UNREACHABLE: LIVE_STATES | {S.RETIRED},
+        S.RETIRED: frozenset(),
+    },
+)
 
 # Transitions an operator asks for must say why.
 REASON_REQUIRED: frozenset[NodeState] = frozenset({S.CORDONED, S.DRAINING, S.MAINTENANCE})
-
-
-def can_transition(current: NodeState | str, target: NodeState | str) -> bool:
-    """Return whether the lifecycle allows `current` -> `target`."""
-    return NodeState(target) in NODE_TRANSITIONS[NodeState(current)]
 
 
 class PlacementPolicy(models.TextChoices):

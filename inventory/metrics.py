@@ -67,7 +67,7 @@ def _sampled(key: str) -> Callable[[Row], float | None]:
 
 
 def _framebuffer_free(row: Row) -> float | None:
-    total = _number((row["last_sample"] or {}).get("memory_total_mb")) or _number(row["memory_mb"]) or None
+    total = _number((row["last_sample"] or {}).get("memory_total_mb")) or _number(row["memory_mib"]) or None
     used = _number(row["memory_used_mb"])
     return None if total is None or used is None else max(total - used, 0.0)
 
@@ -117,7 +117,7 @@ def fresh_gpu_readings(*, now: datetime) -> list[Row]:
             "index",
             "uuid",
             "model",
-            "memory_mb",
+            "memory_mib",
             "utilization",
             "memory_used_mb",
             "last_sample",

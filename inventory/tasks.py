@@ -13,6 +13,15 @@ from django.utils import timezone
 
 from common import control
 from common.control import CoalescingTask
+from common.task_names import (
+    APPLY_HEARTBEATS,
+    CHECK_NODES,
+    COMPLETE_PROVISIONING,
+    HEARTBEAT_SIMULATED_NODES,
+    MEASURE_VOLUME_USAGE,
+    PROVISION_NODE,
+    PURGE_TELEMETRY,
+)
 from inventory import mailbox, selectors, services
 from inventory.agent.reporter import node_gpu_group
 from inventory.agent.simulated import simulated_reports
@@ -25,20 +34,20 @@ BURST_SECONDS = 0.5
 BURST_LIMIT_SECONDS = 30.0
 
 
-@shared_task(name="inventory.provision_node")
+@shared_task(name=PROVISION_NODE)
 def provision_node(node_id: int, attempt: int) -> bool:
     """Send the provisioning probe of `attempt` to the node's agent; False when the attempt is stale."""
     return services.dispatch_probe(node_id, attempt)
 
 
-@shared_task(name="inventory.complete_provisioning")
+@shared_task(name=COMPLETE_PROVISIONING)
 def complete_provisioning(report: dict[str, Any], node_id: int, attempt: int) -> str | None:
-    """Apply the agent's probe report (linked after `agent.probe_node`); return the node's new state."""
+    """Apply the agent's probe report (linked after its `ProbeNode`); return the node's new state."""
     node = services.complete_provisioning(node_id=node_id, attempt=attempt, report=report)
     return node.state if node is not None else None
 
 
-@shared_task(name="inventory.apply_heartbeats", base=CoalescingTask)
+@shared_task(name=APPLY_HEARTBEATS, base=CoalescingTask)
 def apply_heartbeats() -> int:
     """Periodic (every second): apply every agent report waiting in the mailbox as one batch.
 
@@ -72,7 +81,7 @@ def apply_waiting_reports(*, wait_seconds: float) -> int | None:
         cache.delete(HEARTBEAT_LOCK)
 
 
-@shared_task(name="inventory.heartbeat_simulated_nodes", base=CoalescingTask)
+@shared_task(name=HEARTBEAT_SIMULATED_NODES, base=CoalescingTask)
 def heartbeat_simulated_nodes() -> int:
     """Report for the simulated nodes, which have no agent process of their own, and publish their samples
     to the live views as an agent does, so the demo fleet's charts and heatmap move."""
@@ -82,7 +91,7 @@ def heartbeat_simulated_nodes() -> int:
     return services.record_heartbeats(reports)
 
 
-@shared_task(name="inventory.check_nodes", base=CoalescingTask)
+@shared_task(name=CHECK_NODES, base=CoalescingTask)
 def check_nodes() -> dict[str, Any]:
     """Periodic: unreachable nodes, stalled provisioning, drained nodes reaching maintenance.
 
@@ -108,13 +117,13 @@ def check_nodes() -> dict[str, Any]:
     }
 
 
-@shared_task(name="inventory.purge_telemetry", base=CoalescingTask, ignore_result=True)
+@shared_task(name=PURGE_TELEMETRY, base=CoalescingTask, ignore_result=True)
 def purge_telemetry() -> int:
     """Periodic (daily): delete per-minute GPU rollups older than TELEMETRY_RETENTION_DAYS."""
     return purge_expired_minutes(now=timezone.now())
 
 
-@shared_task(name="inventory.measure_volume_usage", base=CoalescingTask, ignore_result=True)
+@shared_task(name=MEASURE_VOLUME_USAGE, base=CoalescingTask, ignore_result=True)
 def measure_volume_usage() -> int:
     """Measure every volume's use where the console reaches it; return how many were measured."""
     from inventory.services.volume_files import measure_usage

@@ -9,6 +9,7 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         from inventory.holds import register_gpu_holder
+        from jobs import checks  # noqa: F401 -- registers the notebook origin's system check
         from jobs.selectors import active_allocations_by_node
 
         # A draining node reaches maintenance only once no workload holds it.

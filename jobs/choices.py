@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from common.transitions import Transitions
 from jobs.scheduler.core import Reason
 
 
@@ -37,27 +38,26 @@ TERMINAL_STATES: frozenset[WorkloadState] = frozenset({S.SUCCEEDED, S.FAILED, S.
 
 # The lifecycle. A preempted batch job goes back to pending (a new attempt); a
 # preempted notebook, once stopped, hibernates until its owner resumes or cancels it.
-WORKLOAD_TRANSITIONS: dict[WorkloadState, frozenset[WorkloadState]] = {
-    S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED}),
-    S.SCHEDULED: frozenset({S.STARTING, S.PENDING, S.PREEMPTED, S.CANCELLED, S.FAILED, S.LOST, S.HIBERNATED}),
-    # A replica can exit before its start report is processed: starting may go straight to succeeded.
-    S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST, S.HIBERNATED}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST, S.HIBERNATED}),
-    # Preempted (or its node lost) and still stopping: it may also fail or be cancelled before it settles.
-    S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED, S.HIBERNATED}),
-    # Resume is a new attempt in the queue; cancelling ends it for good (its volumes stay).
-    S.HIBERNATED: frozenset({S.PENDING, S.CANCELLED}),
-    # Ended workloads move only by an explicit restart: a new attempt, back in the queue.
-    S.SUCCEEDED: frozenset({S.PENDING}),
-    S.FAILED: frozenset({S.PENDING}),
-    S.CANCELLED: frozenset({S.PENDING}),
-    S.LOST: frozenset({S.PENDING}),
-}
-
-
-def can_transition(current: WorkloadState | str, target: WorkloadState | str) -> bool:
-    """Return whether the lifecycle allows `current` -> `target`."""
-    return WorkloadState(target) in WORKLOAD_TRANSITIONS[WorkloadState(current)]
+WORKLOAD_TRANSITIONS: Transitions[WorkloadState] = Transitions(
+    "workload",
+    WorkloadState,
+    {
+        S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED}),
+        S.SCHEDULED: frozenset({S.STARTING, S.PENDING, S.PREEMPTED, S.CANCELLED, S.FAILED, S.LOST, S.HIBERNATED}),
+        # A replica can exit before its start report is processed: starting may go straight to succeeded.
+        S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST, S.HIBERNATED}),
+        S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.LOST, S.HIBERNATED}),
+        # Preempted (or its node lost) and still stopping: it may also fail or be cancelled before it settles.
+        S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED, S.HIBERNATED}),
+        # Resume is a new attempt in the queue; cancelling ends it for good (its volumes stay).
+        S.HIBERNATED: frozenset({S.PENDING, S.CANCELLED}),
+        # Ended workloads move only by an explicit restart: a new attempt, back in the queue.
+        S.SUCCEEDED: frozenset({S.PENDING}),
+        S.FAILED: frozenset({S.PENDING}),
+        S.CANCELLED: frozenset({S.PENDING}),
+        S.LOST: frozenset({S.PENDING}),
+    },
+)
 
 
 class PriorityClass(models.TextChoices):
@@ -109,6 +109,7 @@ class ReasonCode(models.TextChoices):
     ENGINE_LOST_RUN = "ENGINE_LOST_RUN", "The node's container engine lost track of it"
     HIBERNATED_BY_USER = "HIBERNATED_BY_USER", "Hibernated by a user"
     RESUMED = "RESUMED", "Resumed by a user"
+    ACCESS_REVOKED = "ACCESS_REVOKED", "Stopped: its owner lost access"
 
 
 class WorkloadEventKind(models.TextChoices):

@@ -1,9 +1,9 @@
 """Messages from the controller to the node agents and to itself, sent once the current transaction commits.
 
-The ledger decides first; only a committed decision is acted on. Every
-message names its task explicitly (the agent's tasks live in
-`inventory.agent.tasks`, which the controller does not import) and goes to
-the node's own queue (`Node.agent_queue`: `node.<name>`, or `control` for
+The ledger decides first; only a committed decision is acted on. A message
+to an agent is a protocol message (`common.protocol.messages`: its class
+names the agent's task, which the controller does not import, and encodes
+its arguments; `send_message`) and goes to the node's own queue (`Node.agent_queue`: `node.<name>`, or `control` for
 simulated nodes, whose runtime lives in the controller).
 
 A message lost to a broker outage is not fatal: reconcile (`jobs.reconcile`)
@@ -21,14 +21,11 @@ from celery import current_app as app
 from django.db import transaction
 from kombu.exceptions import OperationalError
 
+from common.protocol.wire import Message
+from common.task_names import LAUNCH_WORKLOADS
+
 log = logging.getLogger(__name__)
 
-START_REPLICA = "agent.start_replica"
-STOP_REPLICA = "agent.stop_replica"
-WATCH_REPLICA = "agent.watch_replica"
-LIST_REPLICAS = "agent.list_replicas"
-LAUNCH_WORKLOADS = "jobs.launch_workloads"
-CONFIRM_START_TIMEOUTS = "jobs.confirm_start_timeouts"
 LAUNCH_BATCH = 200
 
 
@@ -45,6 +42,17 @@ def send(task: str, *, queue: str, kwargs: dict[str, Any]) -> bool:
 def send_on_commit(task: str, *, queue: str, kwargs: dict[str, Any]) -> None:
     """Send `task` to `queue` once the current transaction commits (at once outside one)."""
     transaction.on_commit(lambda: send(task, queue=queue, kwargs=kwargs))
+
+
+def send_message(message: Message, *, queue: str) -> bool:
+    """Send the protocol `message` to `queue` now, as its task with its fields; False (logged) when the broker
+    cannot be reached."""
+    return send(message.TASK, queue=queue, kwargs=message.to_wire())
+
+
+def message_on_commit(message: Message, *, queue: str) -> None:
+    """Send the protocol `message` to `queue` once the current transaction commits (at once outside one)."""
+    send_on_commit(message.TASK, queue=queue, kwargs=message.to_wire())
 
 
 def launch_on_commit(workload_ids: Iterable[int]) -> None:

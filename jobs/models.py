@@ -12,6 +12,8 @@ from tenants.scoping import TenantOwnedModel
 
 MAX_GPUS_PER_REPLICA = 64
 MAX_REPLICAS = 64
+# /dev/shm is memory the workload holds (tmpfs pages count against its limit): never more than all of it.
+SHM_WITHIN_MEMORY = Q(shm_mib__isnull=True) | Q(shm_mib__lte=F("memory_mib"))
 
 
 class Workload(TenantOwnedModel):
@@ -35,6 +37,8 @@ class Workload(TenantOwnedModel):
     pool = models.ForeignKey("inventory.NodePool", on_delete=models.PROTECT, related_name="workloads")
     cpu_milli = models.PositiveIntegerField(default=1000)
     memory_mib = models.PositiveIntegerField(default=4096)
+    # The size of /dev/shm; null: the runtime's default (Docker's 64 MiB).
+    shm_mib = models.PositiveIntegerField(null=True, blank=True)
     priority_class = models.CharField(max_length=16, choices=PriorityClass.choices, default=PriorityClass.NORMAL)
     max_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
     requeue_limit = models.PositiveSmallIntegerField(default=3)
@@ -53,7 +57,7 @@ class Workload(TenantOwnedModel):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     # Execution (issue 5): the port a workload serves HTTP on inside its sandbox (notebooks: Jupyter's),
-    # reached only through the console's proxy at /notebooks/<id>/.
+    # reached only through the notebook proxy at /notebooks/<id>/ on the notebook origin (NOTEBOOK_ORIGIN).
     service_port = models.PositiveIntegerField(null=True, blank=True)
     preset = models.ForeignKey("jobs.LaunchPreset", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     # Notebooks: the secret of the current session's Jupyter server (regenerated for every attempt; never
@@ -132,6 +136,7 @@ class Workload(TenantOwnedModel):
             models.CheckConstraint(
                 condition=Q(replicas__gte=1, replicas__lte=MAX_REPLICAS), name="workload_replicas_range"
             ),
+            models.CheckConstraint(condition=SHM_WITHIN_MEMORY, name="workload_shm_within_memory"),
         ]
 
     def __str__(self) -> str:
@@ -332,6 +337,7 @@ class LaunchPreset(TenantOwnedModel):
     replicas = models.PositiveSmallIntegerField(default=1)
     cpu_milli = models.PositiveIntegerField(default=1000)
     memory_mib = models.PositiveIntegerField(default=4096)
+    shm_mib = models.PositiveIntegerField(null=True, blank=True)
     idle_timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
     max_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -339,7 +345,10 @@ class LaunchPreset(TenantOwnedModel):
 
     class Meta:
         ordering = ["name"]
-        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="launch_preset_unique_name")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="launch_preset_unique_name"),
+            models.CheckConstraint(condition=SHM_WITHIN_MEMORY, name="launch_preset_shm_within_memory"),
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -1,4 +1,9 @@
-"""Controller tasks of the jobs app (queue `control`): thin, named, idempotent."""
+"""Controller tasks of the jobs app (queue `control`): thin, named, idempotent.
+
+A task that carries an agent's report decodes its protocol message (`common.control.decode`) before acting:
+one that does not fit its message, or names a version this side does not read, raises `ProtocolError`
+naming every bad field, and nothing is done (it is not retried).
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,32 @@ from celery import Task, shared_task
 from django.utils import timezone
 
 from common import control
-from common.control import INGEST_QUEUE, REPORT_RETRY, CoalescingTask
+from common.control import INGEST_QUEUE, REPORT_RETRY, CoalescingTask, decode
+from common.protocol.messages import (
+    LogBatches,
+    NodeReplicas,
+    Reconcile,
+    ReplicaCheckpointed,
+    ReplicaExited,
+    ReplicaPulling,
+    ReplicaReady,
+    ReplicaStarted,
+)
+from common.task_names import (
+    CHECK_IDLE_NOTEBOOKS,
+    CONFIRM_START_TIMEOUTS,
+    ENFORCE_TIME_LIMITS,
+    INGEST_LOGS,
+    LAUNCH_WORKLOADS,
+    PURGE_EXPIRED_LOGS,
+    SCHEDULE_PASS,
+    STOP_ORPHANED_WORK,
+)
 from jobs.scheduler.shell import run_pass
-from jobs.services import checkpoints, execution, idle, logs, reconcile, replicas, watchdog
+from jobs.services import checkpoints, execution, idle, logs, reconcile, replicas, revocation, watchdog
 
 
-@shared_task(name="jobs.schedule_pass", base=CoalescingTask, ignore_result=True)
+@shared_task(name=SCHEDULE_PASS, base=CoalescingTask, ignore_result=True)
 def schedule_pass() -> dict[str, Any] | None:
     """Run one scheduling pass; a pass already running elsewhere makes this one return None at once."""
     result = run_pass()
@@ -24,57 +49,64 @@ def schedule_pass() -> dict[str, Any] | None:
     return {"placed": result.placed, "preempted": result.preempted, "waiting": result.waiting}
 
 
-@shared_task(name="jobs.launch_workloads", ignore_result=True, **REPORT_RETRY)
+@shared_task(name=LAUNCH_WORKLOADS, ignore_result=True, **REPORT_RETRY)
 def launch_workloads(workload_ids: list[int]) -> int:
     """Launch placed workloads on their nodes (after a pass commits); return how many replicas were sent."""
     return execution.launch_workloads(workload_ids=workload_ids)
 
 
-@shared_task(name="jobs.replica_started", ignore_result=True, **REPORT_RETRY)
-def replica_started(workload_id: int, attempt: int, replica: int, handle: dict[str, Any], endpoint: str = "") -> bool:
-    """An agent started (or adopted) a replica."""
+@shared_task(name=ReplicaStarted.TASK, ignore_result=True, **REPORT_RETRY)
+def replica_started(**message: Any) -> bool:
+    """An agent started (or adopted) a replica (`ReplicaStarted`)."""
+    started = decode(ReplicaStarted, message)
     return replicas.record_replica_started(
-        workload_id=workload_id, attempt=attempt, replica=replica, handle=handle, endpoint=endpoint
+        workload_id=started.workload_id,
+        attempt=started.attempt,
+        replica=started.replica,
+        handle=started.handle,
+        endpoint=started.endpoint,
     )
 
 
-@shared_task(name="jobs.replica_pulling", ignore_result=True, **REPORT_RETRY)
-def replica_pulling(workload_id: int, attempt: int, replica: int, **progress: Any) -> bool:
-    """An agent is pulling a replica's image as part of its start, or finished (`progress`: its `PullProgress`)."""
-    return replicas.record_replica_pulling(workload_id=workload_id, attempt=attempt, replica=replica, progress=progress)
+# The fields of a pull report that name its replica; the rest is its progress.
+_REPLICA_FIELDS = frozenset({"workload_id", "attempt", "replica"})
 
 
-@shared_task(name="jobs.replica_ready", ignore_result=True, **REPORT_RETRY)
-def replica_ready(workload_id: int, attempt: int, replica: int) -> bool:
-    """A notebook's Jupyter server answered its status URL."""
-    return replicas.record_replica_ready(workload_id=workload_id, attempt=attempt, replica=replica)
+@shared_task(name=ReplicaPulling.TASK, ignore_result=True, **REPORT_RETRY)
+def replica_pulling(**message: Any) -> bool:
+    """An agent is pulling a replica's image as part of its start, or finished (`ReplicaPulling`: its
+    `PullProgress`)."""
+    pulling = decode(ReplicaPulling, message)
+    progress = {key: value for key, value in pulling.to_wire().items() if key not in _REPLICA_FIELDS}
+    return replicas.record_replica_pulling(
+        workload_id=pulling.workload_id, attempt=pulling.attempt, replica=pulling.replica, progress=progress
+    )
 
 
-@shared_task(name="jobs.replica_exited", ignore_result=True, **REPORT_RETRY)
-def replica_exited(
-    workload_id: int,
-    attempt: int,
-    replica: int,
-    exit_code: int | None,
-    message: str = "",
-    launch_failed: bool = False,
-    log_cursor: str | None = None,
-    unobserved: bool = False,
-) -> bool:
-    """A replica ended, was stopped, or could not be launched (`log_cursor`: where its shipped output ends).
+@shared_task(name=ReplicaReady.TASK, ignore_result=True, **REPORT_RETRY)
+def replica_ready(**message: Any) -> bool:
+    """A notebook's Jupyter server answered its status URL (`ReplicaReady`)."""
+    ready = decode(ReplicaReady, message)
+    return replicas.record_replica_ready(workload_id=ready.workload_id, attempt=ready.attempt, replica=ready.replica)
 
-    `unobserved`: the node's engine lost track of its run, so how it ended is not known.
-    """
-    if log_cursor is not None:
-        logs.record_log_end(workload_id=workload_id, attempt=attempt, replica=replica, log_end=log_cursor)
+
+@shared_task(name=ReplicaExited.TASK, ignore_result=True, **REPORT_RETRY)
+def replica_exited(**message: Any) -> bool:
+    """A replica ended, was stopped, or could not be launched (`ReplicaExited`; `log_cursor`: where its shipped
+    output ends; `unobserved`: the node's engine lost track of its run, so how it ended is not known)."""
+    exited = decode(ReplicaExited, message)
+    if exited.log_cursor is not None:
+        logs.record_log_end(
+            workload_id=exited.workload_id, attempt=exited.attempt, replica=exited.replica, log_end=exited.log_cursor
+        )
     return replicas.record_replica_exited(
-        workload_id=workload_id,
-        attempt=attempt,
-        replica=replica,
-        exit_code=exit_code,
-        message=message,
-        launch_failed=launch_failed,
-        unobserved=unobserved,
+        workload_id=exited.workload_id,
+        attempt=exited.attempt,
+        replica=exited.replica,
+        exit_code=exited.exit_code,
+        message=exited.message,
+        launch_failed=exited.launch_failed,
+        unobserved=exited.unobserved,
     )
 
 
@@ -95,7 +127,7 @@ def _retry_countdown(retries: int) -> float:
     return min(2.0 ** (retries - 1), INGEST_RETRY_CAP_SECONDS)
 
 
-@shared_task(name="jobs.ingest_logs", bind=True, ignore_result=True, max_retries=INGEST_RETRIES)
+@shared_task(name=INGEST_LOGS, bind=True, ignore_result=True, max_retries=INGEST_RETRIES)
 def ingest_logs(
     self: Task, workload_id: int, attempt: int, replica: int, since: str, cursor: str, lines: list[list[str]]
 ) -> int:
@@ -113,9 +145,10 @@ def ingest_logs(
     return stored
 
 
-@shared_task(name="jobs.ingest_log_batches", ignore_result=True)
-def ingest_log_batches(batches: list[dict[str, Any]]) -> int:
-    """Store a node's log batches in order; those still out of order are retried later, a few times."""
+@shared_task(name=LogBatches.TASK, ignore_result=True)
+def ingest_log_batches(**message: Any) -> int:
+    """Store a node's log batches (`LogBatches`) in order; those still out of order are retried later, a few times."""
+    batches = [batch.to_wire() for batch in decode(LogBatches, message).batches]
     waiting = logs.ingest_log_batches(batches, wait_seconds=INGEST_WAIT_SECONDS)
     # Waiting a second time, a batch's predecessor is more likely lost than late (a broker can lose a
     # message a worker was taking when it died): the node reads that replica's output again.
@@ -128,52 +161,66 @@ def ingest_log_batches(batches: list[dict[str, Any]]) -> int:
     return len(batches) - len(waiting)
 
 
-@shared_task(name="jobs.node_replicas", ignore_result=True, **REPORT_RETRY)
-def node_replicas(
-    node: str,
-    managed: list[dict[str, Any]],
-    starting: list[str] | None = None,
-    gone: list[str] | None = None,
-    unstarted: list[str] | None = None,
-) -> dict[str, int]:
-    """An agent's own view of its replicas (runtime list, starting, gone, unstarted): compare it with the ledger."""
-    return reconcile.reconcile_node(node=node, managed=managed, starting=starting, gone=gone, unstarted=unstarted)
+@shared_task(name=NodeReplicas.TASK, ignore_result=True, **REPORT_RETRY)
+def node_replicas(**message: Any) -> dict[str, int]:
+    """An agent's own view of its replicas (`NodeReplicas`: runtime list, starting, gone, unstarted): compare it
+    with the ledger."""
+    view = decode(NodeReplicas, message)
+    return reconcile.reconcile_node(
+        node=view.node,
+        managed=[replica.to_wire() for replica in view.managed],
+        starting=view.starting,
+        gone=view.gone,
+        unstarted=view.unstarted,
+    )
 
 
-@shared_task(name="jobs.reconcile", base=CoalescingTask, ignore_result=True)
-def reconcile_workloads() -> dict[str, int]:
-    """Periodic: repair the ledger, ask every live node what it runs, handle lost nodes."""
+@shared_task(name=Reconcile.TASK, base=CoalescingTask, ignore_result=True)
+def reconcile_workloads(**message: Any) -> dict[str, int]:
+    """Periodic, and asked by an agent (`Reconcile`): repair the ledger, ask every live node what it runs,
+    handle lost nodes."""
+    decode(Reconcile, message)
     counts = reconcile.reconcile_ledger(now=control.evidence_time())
     counts["lost"] = watchdog.handle_lost_nodes()
     counts["nodes_asked"] = reconcile.request_node_inventories()
     return counts
 
 
-@shared_task(name="jobs.enforce_time_limits", base=CoalescingTask, ignore_result=True)
+@shared_task(name=ENFORCE_TIME_LIMITS, base=CoalescingTask, ignore_result=True)
 def enforce_time_limits() -> dict[str, int]:
     """Periodic: stop workloads past their maximum runtime, fail launches past the start timeout."""
     return watchdog.enforce_time_limits(now=control.evidence_time(), confirm_later=True)
 
 
-@shared_task(name="jobs.confirm_start_timeouts", ignore_result=True, **REPORT_RETRY)
+@shared_task(name=CONFIRM_START_TIMEOUTS, ignore_result=True, **REPORT_RETRY)
 def confirm_start_timeouts(workload_ids: list[int], cutoff: str) -> int:
     """The second pass of a start timeout: fail those still overdue once every report ahead has been applied."""
     return watchdog.fail_start_timeouts(workload_ids, cutoff=datetime.fromisoformat(cutoff))
 
 
-@shared_task(name="jobs.check_idle_notebooks", base=CoalescingTask, ignore_result=True)
+@shared_task(name=CHECK_IDLE_NOTEBOOKS, base=CoalescingTask, ignore_result=True)
 def check_idle_notebooks() -> dict[str, int]:
     """Periodic: track notebooks' activity, warn the idle ones' owners, stop those idle past their timeout."""
     return idle.check_idle_notebooks(now=timezone.now())
 
 
-@shared_task(name="jobs.purge_expired_logs", base=CoalescingTask, ignore_result=True)
+@shared_task(name=STOP_ORPHANED_WORK, base=CoalescingTask, ignore_result=True)
+def stop_orphaned_work() -> int:
+    """On a change that ended someone's access, and periodically: stop the work of owners who lost access."""
+    return revocation.stop_orphaned_work()
+
+
+@shared_task(name=PURGE_EXPIRED_LOGS, base=CoalescingTask, ignore_result=True)
 def purge_expired_logs() -> int:
     """Periodic: delete log chunks past their tenant's retention."""
     return logs.purge_expired_logs(now=timezone.now())
 
 
-@shared_task(name="jobs.replica_checkpointed", ignore_result=True, **REPORT_RETRY)
-def replica_checkpointed(workload_id: int, attempt: int, replica: int, at: float) -> bool:
-    """A job wrote to its checkpoint directory; `at` is the newest file's time (epoch seconds) its node saw."""
-    return checkpoints.record_checkpoint(workload_id=workload_id, attempt=attempt, replica=replica, at=at)
+@shared_task(name=ReplicaCheckpointed.TASK, ignore_result=True, **REPORT_RETRY)
+def replica_checkpointed(**message: Any) -> bool:
+    """A job wrote to its checkpoint directory (`ReplicaCheckpointed`; `at`: the newest file's time, epoch
+    seconds, its node saw)."""
+    written = decode(ReplicaCheckpointed, message)
+    return checkpoints.record_checkpoint(
+        workload_id=written.workload_id, attempt=written.attempt, replica=written.replica, at=written.at
+    )

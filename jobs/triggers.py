@@ -16,10 +16,9 @@ from django.db import transaction
 from kombu.exceptions import OperationalError
 
 from common import control
+from common.task_names import SCHEDULE_PASS
 
 log = logging.getLogger(__name__)
-
-SCHEDULE_PASS_TASK = "jobs.schedule_pass"  # noqa: S105 -- a task name, not a secret
 
 
 def request_scheduling_pass() -> None:
@@ -30,8 +29,8 @@ def request_scheduling_pass() -> None:
 def enqueue_scheduling_pass() -> bool:
     """Send `jobs.schedule_pass` unless one is already waiting; return whether a message was sent."""
     try:
-        return control.request(SCHEDULE_PASS_TASK)
+        return control.request(SCHEDULE_PASS)
     except (OperationalError, OSError):
         # The work is committed; a lost trigger only delays placement until the periodic pass.
-        log.warning("could not enqueue %s; the periodic pass will place the work", SCHEDULE_PASS_TASK, exc_info=True)
+        log.warning("could not enqueue %s; the periodic pass will place the work", SCHEDULE_PASS, exc_info=True)
         return False

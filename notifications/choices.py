@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from common.transitions import Transitions
+
 
 class EventKind(models.TextChoices):
     """What a notification is about. Dotted, like every event name in the console."""
@@ -14,6 +16,7 @@ class EventKind(models.TextChoices):
     IDLE_WARNING = "notebook.idle_warning", "Idle notebook warning"
     WORKLOAD_FINISHED = "workload.finished", "Workload finished"
     WORKLOAD_FAILED = "workload.failed", "Workload failed"
+    WORKLOAD_STOPPED = "workload.stopped", "Workload stopped by the platform"
     NODE_HEALTH = "node.health", "Node or GPU health (operators)"
 
 
@@ -27,6 +30,7 @@ TENANT_KINDS: tuple[EventKind, ...] = (
     K.IDLE_WARNING,
     K.WORKLOAD_FINISHED,
     K.WORKLOAD_FAILED,
+    K.WORKLOAD_STOPPED,
 )
 PLATFORM_KINDS: tuple[EventKind, ...] = (K.NODE_HEALTH,)
 # E-mail for these only when the user asked for it: a busy batch user would drown otherwise.
@@ -57,15 +61,14 @@ class DeliveryState(models.TextChoices):
 
 D = DeliveryState
 
-DELIVERY_TRANSITIONS: dict[DeliveryState, frozenset[DeliveryState]] = {
-    D.PENDING: frozenset({D.SENDING, D.FAILED}),
-    # A failed attempt with retries left goes back to pending; a claim whose worker died too.
-    D.SENDING: frozenset({D.SUCCEEDED, D.PENDING, D.FAILED}),
-    D.SUCCEEDED: frozenset(),
-    D.FAILED: frozenset(),
-}
-
-
-def delivery_can_move(current: DeliveryState | str, target: DeliveryState | str) -> bool:
-    """Return whether a delivery may go from `current` to `target`."""
-    return DeliveryState(target) in DELIVERY_TRANSITIONS[DeliveryState(current)]
+DELIVERY_TRANSITIONS: Transitions[DeliveryState] = Transitions(
+    "delivery",
+    DeliveryState,
+    {
+        D.PENDING: frozenset({D.SENDING, D.FAILED}),
+        # A failed attempt with retries left goes back to pending; a claim whose worker died too.
+        D.SENDING: frozenset({D.SUCCEEDED, D.PENDING, D.FAILED}),
+        D.SUCCEEDED: frozenset(),
+        D.FAILED: frozenset(),
+    },
+)

@@ -15,8 +15,6 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from django.core.exceptions import ValidationError
-
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 SCHEMES = ("http", "https")
@@ -107,13 +105,6 @@ def url_problem(url: str, *, allow_private: bool) -> str | None:
     if not allow_private and (lowered in LOCAL_NAMES or lowered.endswith(".localhost")):
         return f"Webhooks cannot go to {host} (NOTIFICATIONS_WEBHOOK_ALLOW_PRIVATE allows private networks)."
     return None
-
-
-def check_url(url: str, *, allow_private: bool) -> None:
-    """Raise ValidationError (code `webhook_url`) when `url_problem` finds something wrong with `url`."""
-    problem = url_problem(url, allow_private=allow_private)
-    if problem is not None:
-        raise ValidationError(problem, code="webhook_url")
 
 
 def resolve(url: str, *, allow_private: bool) -> Target:

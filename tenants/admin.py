@@ -9,6 +9,7 @@ The audit log can be read, never changed.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from django.contrib import admin, messages
@@ -18,11 +19,13 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 
 from common.errors import Conflict
 from tenants import services
 from tenants.context import Actor
 from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota
+from tenants.scoping import TenantOwnedModel, tenant_scope
 
 USER_FIELDS = ["username", "email", "first_name", "last_name", "is_active", "is_staff", "is_superuser"]
 
@@ -54,11 +57,27 @@ class OperatorAdmin(admin.ModelAdmin):
         # dedication conflicts). Their error rolls the whole change back; show
         # it rather than a server error.
         try:
-            return super().changeform_view(request, *args, **kwargs)
+            with self._scope_of(kwargs.get("object_id") or (args[0] if args else None)):
+                response = super().changeform_view(request, *args, **kwargs)
+                # Render now, inside the scope: related tenant-owned rows (a membership's projects)
+                # are read while the template renders, and the scope ends with this block.
+                return response.render() if isinstance(response, TemplateResponse) else response
         except (ValidationError, Conflict) as error:
             text = "; ".join(error.messages) if isinstance(error, ValidationError) else error.message
             self.message_user(request, text, messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())
+
+    def _scope_of(self, object_id: str | None) -> AbstractContextManager[object]:
+        """The tenant scope of the object a change page shows: an operator looking at one tenant's row sees
+        its related rows of that same tenant (never another's); no scope for platform rows or an add page."""
+        if object_id is None or not issubclass(self.model, TenantOwnedModel):
+            return nullcontext()
+        try:
+            tenant_id = self.model.all_tenants.filter(pk=object_id).values_list("tenant_id", flat=True).first()
+        except (ValueError, ValidationError):  # not an id at all: the admin answers that itself
+            return nullcontext()
+        tenant = Tenant.objects.filter(pk=tenant_id).first() if tenant_id is not None else None
+        return tenant_scope(tenant) if tenant is not None else nullcontext()
 
     def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
         try:
@@ -213,6 +232,8 @@ class AuditedUserAdmin(UserAdmin):
     def save_model(self, request: HttpRequest, obj: User, form: Any, change: bool) -> None:
         before = services.snapshot(User.objects.get(pk=obj.pk), USER_FIELDS) if change else None
         super().save_model(request, obj, form, change)
+        if not obj.is_active:
+            services.request_work_sweep()  # a deactivated account's running work stops
         after = services.snapshot(obj, USER_FIELDS)
         if form.cleaned_data.get("password1") or form.cleaned_data.get("password"):
             after["password_changed"] = True

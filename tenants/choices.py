@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from common.transitions import Transitions
+
 
 class Role(models.TextChoices):
     """A principal's role in a tenant, ordered from least to most rights.
@@ -39,3 +41,28 @@ class Via(models.TextChoices):
     ADMIN = "admin", "Django admin"
     CLI = "cli", "Command line"
     SYSTEM = "system", "System"
+
+
+class InvitationState(models.TextChoices):
+    """Where an invitation stands. Only a pending one can be answered, and only once; one past its
+    `expires_at` is pending in the row but answers nothing (`Invitation.is_open`)."""
+
+    PENDING = "invited", "Invited"
+    ACCEPTED = "accepted", "Accepted"
+    DECLINED = "declined", "Declined"
+    REVOKED = "revoked", "Withdrawn"
+
+
+# The answers an invitation may get: each ends it.
+INVITATION_TRANSITIONS: Transitions[InvitationState] = Transitions(
+    "invitation",
+    InvitationState,
+    {
+        InvitationState.PENDING: frozenset(
+            {InvitationState.ACCEPTED, InvitationState.DECLINED, InvitationState.REVOKED}
+        ),
+        InvitationState.ACCEPTED: frozenset(),
+        InvitationState.DECLINED: frozenset(),
+        InvitationState.REVOKED: frozenset(),
+    },
+)

@@ -7,7 +7,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.db.models import F, Q
 
-from tenants.choices import MEMBERSHIP_ROLES, Role, Via
+from tenants.choices import MEMBERSHIP_ROLES, InvitationState, Role, Via
 from tenants.scoping import TenantOwnedModel
 
 SLUG_RULE = RegexValidator(
@@ -104,6 +104,53 @@ class Membership(TenantOwnedModel):
         return self.user.get_username()
 
 
+class Invitation(TenantOwnedModel):
+    """An offer to join a tenant, addressed to a user name, answered through its one-time link.
+
+    Nothing joins the tenant until the invitation is accepted: by its link
+    alone for a user name nobody holds yet (the new account is made then,
+    with the password its owner chooses), by its link and a session of that
+    account for one that exists. Only a SHA-256 digest of the link's secret
+    is stored. `user` is the account that accepted.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    username = models.CharField(max_length=150)
+    email = models.EmailField(blank=True)
+    role = models.CharField(max_length=16, choices=MEMBERSHIP_ROLES, default=Role.MEMBER)
+    projects = models.ManyToManyField(Project, blank=True, related_name="invitations")
+    state = models.CharField(max_length=16, choices=InvitationState.choices, default=InvitationState.PENDING)
+    digest = models.CharField(max_length=64, unique=True)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "username"], condition=Q(state="invited"), name="invitation_one_pending_per_name"
+            ),
+            models.CheckConstraint(condition=Q(role__in=["viewer", "member", "admin"]), name="invitation_role_valid"),
+            models.CheckConstraint(
+                condition=Q(state__in=["invited", "accepted", "declined", "revoked"]), name="invitation_state_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username}@{self.tenant_id}:{self.state}"
+
+    def audit_label(self) -> str:
+        """How the audit log names the invitation: the user name it is addressed to."""
+        return self.username
+
+
 class QuotaFields(models.Model):
     """GPU quota numbers shared by tenant and project quotas.
 
@@ -191,6 +238,10 @@ class ApiToken(TenantOwnedModel):
         Tenant, on_delete=models.CASCADE, related_name="tokens", null=True, blank=True
     )
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    # The token that minted this one, when a token did: a child never outlives it and is revoked with it.
+    parent = models.ForeignKey(
+        "self", on_delete=models.CASCADE, null=True, blank=True, related_name="children", editable=False
+    )
     name = models.CharField(max_length=80)
     role = models.CharField(max_length=16, choices=Role.choices)
     prefix = models.CharField(max_length=16, unique=True)

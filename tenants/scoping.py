@@ -60,6 +60,17 @@ def tenant_scope(tenant: Tenant) -> Iterator[Tenant]:
         _active_tenant_id.reset(token)
 
 
+@contextmanager
+def tenant_id_scope(tenant_id: int) -> Iterator[int]:
+    """Run the block with the tenant of id `tenant_id` as the active scope, restoring the previous one after;
+    for code that holds a row's `tenant_id`, not the tenant."""
+    token = _active_tenant_id.set(tenant_id)
+    try:
+        yield tenant_id
+    finally:
+        _active_tenant_id.reset(token)
+
+
 def _refuse(model: type[models.Model]) -> TenantScopeError:
     name = model.__name__
     return TenantScopeError(

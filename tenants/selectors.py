@@ -13,10 +13,21 @@ from datetime import datetime
 
 from django.contrib.auth.models import User
 from django.db.models import Count, Prefetch, Q, QuerySet, Sum
+from django.utils import timezone
 
-from tenants.choices import Role
+from tenants.choices import InvitationState, Role
 from tenants.context import Actor
-from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota
+from tenants.models import (
+    ApiToken,
+    AuditEvent,
+    Invitation,
+    Membership,
+    Project,
+    ProjectQuota,
+    Tenant,
+    TenantQuota,
+)
+from tenants.scoping import tenant_scope
 
 
 def tenant_by_slug(slug: str) -> Tenant | None:
@@ -25,8 +36,10 @@ def tenant_by_slug(slug: str) -> Tenant | None:
 
 
 def membership_role(user: User, tenant: Tenant) -> Role | None:
-    """Return the user's membership role in `tenant`, or None. Looks across tenants by design."""
-    role = Membership.all_tenants.filter(tenant=tenant, user=user).values_list("role", flat=True).first()
+    """Return the user's membership role in `tenant`, or None; read under `tenant`'s scope, whatever scope
+    the caller holds (none yet when deciding whether to set it)."""
+    with tenant_scope(tenant):
+        role = Membership.objects.filter(user=user).values_list("role", flat=True).first()
     return Role(role) if role else None
 
 
@@ -70,11 +83,6 @@ def projects_in_scope() -> QuerySet[Project]:
     return Project.objects.all()
 
 
-def project_in_scope(slug: str) -> Project | None:
-    """Return the active tenant's project with this slug, or None."""
-    return Project.objects.filter(slug=slug).first()
-
-
 def projects_of_member(user: User) -> QuerySet[Project]:
     """Return the active tenant's projects that `user` is assigned to."""
     return Project.objects.filter(memberships__user=user)
@@ -85,6 +93,33 @@ def memberships_in_scope() -> QuerySet[Membership]:
     return Membership.objects.select_related("user").prefetch_related("projects")
 
 
+def pending_invitations_in_scope() -> QuerySet[Invitation]:
+    """Return the active tenant's invitations not yet answered nor withdrawn (expired ones included: their
+    admins see them to withdraw and send again), newest first, with their projects loaded."""
+    return Invitation.objects.filter(state=InvitationState.PENDING).prefetch_related("projects")
+
+
+def invitations_in_scope() -> QuerySet[Invitation]:
+    """Return every invitation of the active tenant, answered or not, newest first, with their projects."""
+    return Invitation.objects.prefetch_related("projects")
+
+
+def open_invitations_of_user(user: User) -> QuerySet[Invitation]:
+    """Return the pending, unexpired invitations addressed to `user`'s name in active tenants, with their
+    tenants and projects: an invitation is its addressee's to see (accepting it takes its link too)."""
+    projects = Prefetch("projects", queryset=Project.all_tenants.order_by("slug"))
+    return (
+        Invitation.all_tenants.filter(
+            username=user.get_username(),
+            state=InvitationState.PENDING,
+            expires_at__gt=timezone.now(),
+            tenant__is_active=True,
+        )
+        .select_related("tenant")
+        .prefetch_related(projects)
+    )
+
+
 def tenant_quotas_in_scope() -> QuerySet[TenantQuota]:
     """Return the active tenant's quotas per pool."""
     return TenantQuota.objects.select_related("pool", "tenant")
@@ -93,14 +128,6 @@ def tenant_quotas_in_scope() -> QuerySet[TenantQuota]:
 def project_quotas_in_scope() -> QuerySet[ProjectQuota]:
     """Return the active tenant's project quotas."""
     return ProjectQuota.objects.select_related("project", "pool")
-
-
-def project_guarantee_totals(tenant: Tenant, pool_id: int, *, excluding_project_id: int | None = None) -> int:
-    """Return the sum of the guarantees of `tenant`'s projects in one pool."""
-    quotas = ProjectQuota.all_tenants.filter(tenant=tenant, pool_id=pool_id)
-    if excluding_project_id is not None:
-        quotas = quotas.exclude(project_id=excluding_project_id)
-    return sum(quotas.values_list("guaranteed", flat=True))
 
 
 @dataclass(frozen=True)
@@ -149,16 +176,13 @@ def oversubscribed_guarantees(
     Tenant scope: `tenant`'s projects' guarantees against the tenant's.
     A warning, never a refusal: oversubscribing is the holder's choice.
     """
-    quotas = list(TenantQuota.all_tenants.filter(tenant=tenant).select_related("pool").order_by("pool__name"))
-    pool_ids = [q.pool_id for q in quotas]
-    everyone = dict(
-        TenantQuota.all_tenants.filter(pool_id__in=pool_ids).values_list("pool_id").annotate(total=Sum("guaranteed"))
-    )
-    projects = dict(
-        ProjectQuota.all_tenants.filter(tenant=tenant, pool_id__in=pool_ids)
-        .values_list("pool_id")
-        .annotate(total=Sum("guaranteed"))
-    )
+    with tenant_scope(tenant):
+        quotas = list(TenantQuota.objects.select_related("pool").order_by("pool__name"))
+        pool_ids = [q.pool_id for q in quotas]
+        projects = dict(
+            ProjectQuota.objects.filter(pool_id__in=pool_ids).values_list("pool_id").annotate(total=Sum("guaranteed"))
+        )
+    everyone = _guaranteed_in_pools(pool_ids)
     found: list[Oversubscription] = []
     for quota in quotas:
         promised = everyone.get(quota.pool_id, 0) if across_tenants else quota.guaranteed
@@ -169,6 +193,13 @@ def oversubscribed_guarantees(
         if split > quota.guaranteed:
             found.append(Oversubscription("tenant", quota.pool_id, quota.pool.name, split, quota.guaranteed))
     return found
+
+
+def _guaranteed_in_pools(pool_ids: list[int]) -> dict[int, int]:
+    """Return {pool id: GPUs guaranteed there to every tenant together}; looks across tenants by design."""
+    return dict(
+        TenantQuota.all_tenants.filter(pool_id__in=pool_ids).values_list("pool_id").annotate(total=Sum("guaranteed"))
+    )
 
 
 def roles_up_to(role: Role) -> list[Role]:
@@ -245,13 +276,6 @@ def tenant_summaries() -> QuerySet[Tenant]:
     return Tenant.objects.annotate(
         project_count=Count("projects", distinct=True), member_count=Count("memberships", distinct=True)
     )
-
-
-def invitations_of_user(user: User) -> QuerySet[Membership]:
-    """Return `user`'s memberships in every active tenant with their tenants and projects loaded, for the
-    page where an invited person sets a password: what they were invited to is theirs to see."""
-    projects = Prefetch("projects", queryset=Project.all_tenants.order_by("slug"))
-    return memberships_of_user(user).prefetch_related(projects)
 
 
 def memberships_of_user(user: User) -> QuerySet[Membership]:

@@ -28,11 +28,13 @@ import functools
 import os
 import shutil
 import subprocess
+import tomllib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.conf import settings
@@ -45,6 +47,7 @@ from tenants.context import Actor
 from tenants.models import Membership, Project, Tenant, TenantQuota
 from tenants.scoping import deactivate_tenant
 from tests.jobs.registry import registry_missing
+from tests.process_user import reachable_dir
 
 PASSWORD = "correct-horse-battery-staple"
 REQUIRED = {s.strip() for s in os.environ.get("GPUCLOUD_REQUIRE_SERVICES", "").split(",") if s.strip()}
@@ -54,6 +57,7 @@ REQUIRED_WITH = {"registry": "docker"}
 SSHFS_TOOLS = ("sshfs", "sshd", "ssh-keygen", "fusermount3")
 TEST_IMAGE = "gpucloud-test/busybox:latest"
 ROOT = Path(__file__).resolve().parents[1]
+REDIS_DATABASES = 15  # Redis's default 16 `databases`, less the fault suite's last one (tests/faults)
 # The shared cluster traces (never copied into the repository): beside the checkout, or where GPUCLOUD_TRACES_DIR says.
 TRACES = Path(os.environ.get("GPUCLOUD_TRACES_DIR") or ROOT.parent / "shared" / "data" / "traces")
 
@@ -143,6 +147,27 @@ def as_root() -> None:
         pytest.fail("this test gives volumes to other uids, which needs root: run the suite as root", pytrace=False)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config: pytest.Config, specs: list[Any]) -> None:
+    """Give each pytest-xdist worker a Redis database of its own (1, 2, ...; db 0 stays the serial run's).
+
+    Settings read REDIS_URL when Django starts, before any conftest runs, so the worker's environment is where
+    it must change. Per-test cache prefixes (`_cache_namespace`) do not cover the rest: Celery queues and
+    channel groups are named after rows, and every worker's database numbers its rows from 1. Databases are
+    suffixed per worker by pytest-django; Docker names by installation (tests/inventory/drivers/conftest.py).
+    """
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        return
+    if len(specs) >= REDIS_DATABASES:
+        raise pytest.UsageError(f"at most {REDIS_DATABASES - 1} workers share one Redis: -n {len(specs)}")
+    parts = urlsplit(url)
+    for index, spec in enumerate(specs, start=1):
+        # A socket's path is the socket: its database is the `db` parameter.
+        numbered = parts._replace(query=f"db={index}") if parts.scheme == "unix" else parts._replace(path=f"/{index}")
+        spec.env["REDIS_URL"] = urlunsplit(numbered)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for cache in settings.CACHES.values():  # before any cache object is made: tests/cache_keys.py says why
         cache["KEY_FUNCTION"] = "tests.cache_keys.key"
@@ -151,13 +176,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "multihost: builds two Docker engines in one swarm (.ci/multihost-engines)")
 
 
-# GPUCLOUD_TESTS=backend-dependent keeps only the tests whose outcome the database or the transport can change:
-# those that use the database (pytest-django's marker or fixtures, a live server) or are marked for Postgres,
-# Redis or the multi-host engines. CI's Postgres and Redis pass runs these; its embedded pass runs every test, so
-# a test that touches neither runs once.
-TEST_SCOPES = ("all", "backend-dependent")
+# GPUCLOUD_TESTS picks which tests run (CI runs the suite twice, once per pair of backends: README.md, "CI"):
+# - `all` (the default): every test;
+# - `backend-dependent`: only the tests whose outcome the database or the transport can change: those that use
+#   the database (pytest-django's marker or fixtures, a live server) or are marked for Postgres, Redis or the
+#   multi-host engines. CI's Postgres and Redis pass runs these;
+# - `embedded`: the rest, plus the database tests whose outcome the embedded default (SQLite, the in-process
+#   transport) can change, listed in tests/embedded_too.toml with the rule that puts each there. CI's embedded
+#   pass runs these, so a test that uses the database runs twice only where the second run can fail.
+TEST_SCOPES = ("all", "backend-dependent", "embedded")
 BACKEND_MARKERS = ("django_db", "postgres", "redis", "multihost")
 BACKEND_FIXTURES = frozenset({"db", "transactional_db", "django_db_reset_sequences", "live_server"})
+EMBEDDED_TOO_FILE = Path(__file__).resolve().parent / "embedded_too.toml"
 
 
 def touches_backends(item: pytest.Item) -> bool:
@@ -167,16 +197,62 @@ def touches_backends(item: pytest.Item) -> bool:
     return not BACKEND_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
 
 
+def embedded_too() -> dict[str, str]:
+    """Return tests/embedded_too.toml's entries: a test path (a file, or a directory ending in '/') to its rule."""
+    with EMBEDDED_TOO_FILE.open("rb") as file:
+        data = tomllib.load(file)
+    unknown = [entry["path"] for entry in data["embedded_too"] if entry["rule"] not in data["rules"]]
+    if unknown:
+        raise pytest.UsageError(f"{EMBEDDED_TOO_FILE.name}: no such rule for {', '.join(unknown)}")
+    return {entry["path"]: entry["rule"] for entry in data["embedded_too"]}
+
+
+def runs_embedded_too(nodeid: str, paths: Collection[str]) -> bool:
+    """Return whether the test `nodeid` lies in one of `paths` (files, or directories ending in '/')."""
+    path = nodeid.split("::", 1)[0]
+    return any(path == entry or (entry.endswith("/") and path.startswith(entry)) for entry in paths)
+
+
+def in_scope(item: pytest.Item, scope: str, paths: Collection[str]) -> bool:
+    """Return whether GPUCLOUD_TESTS=`scope` runs the test `item`."""
+    if scope == "all":
+        return True
+    if scope == "backend-dependent":
+        return touches_backends(item)
+    return not touches_backends(item) or runs_embedded_too(item.nodeid, paths)
+
+
+# Files that take minutes, started first: pytest-xdist hands whole files out in collection order (--dist
+# loadfile), and one of these handed out last is a tail the other workers wait through. Measured under CI.
+SLOW_FILES = (
+    "tests/faults/test_faults.py",
+    "tests/inventory/test_gang_multihost.py",
+    "tests/browser/test_journey_data_scientist.py",
+    "tests/browser/test_storage.py",
+    "tests/api/test_fuzz.py",
+    "tests/gpucloud/test_up_newcomer.py",
+    "tests/inventory/test_remote_agent_e2e.py",
+    "tests/gpucloud/test_up.py",
+)
+
+
+def _slow_first(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return SLOW_FILES.index(path) if path in SLOW_FILES else len(SLOW_FILES)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_slow_first)  # stable: each file's tests keep their order
     scope = os.environ.get("GPUCLOUD_TESTS", "all")
     if scope not in TEST_SCOPES:
         raise pytest.UsageError(f"GPUCLOUD_TESTS={scope!r}: it must be one of {', '.join(TEST_SCOPES)}")
     if scope == "all":
         return
-    left = [item for item in items if not touches_backends(item)]
+    paths = embedded_too() if scope == "embedded" else {}
+    left = [item for item in items if not in_scope(item, scope, paths)]
     if left:
         config.hook.pytest_deselected(items=left)
-        items[:] = [item for item in items if touches_backends(item)]
+        items[:] = [item for item in items if in_scope(item, scope, paths)]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -191,11 +267,32 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(f"{service} unavailable: {reason}")
 
 
+@pytest.fixture(autouse=True)
+def _registry_on_loopback_allowed(request: pytest.FixtureRequest) -> None:
+    """Tests marked `registry` pull from a registry on 127.0.0.1 (a free port each): the operator's allowance
+    that such a registry needs (IMAGE_REGISTRIES_ALLOWED, jobs.services.registries) is theirs."""
+    if request.node.get_closest_marker("registry") is not None:
+        request.getfixturevalue("settings").IMAGE_REGISTRIES_ALLOWED = ["127.0.0.1"]
+
+
 @pytest.fixture(scope="session")
 def test_image() -> str:
     """Return the local image Docker tests run, building it (from busybox-static, no pull) when missing."""
     subprocess.run([str(ROOT / ".ci" / "build-test-image"), TEST_IMAGE], check=True, timeout=120)
     return TEST_IMAGE
+
+
+@pytest.fixture
+def workload_tmp(settings: Any) -> Iterator[Path]:
+    """A directory for a process-runtime agent's work and the test's volumes that a workload's user can reach.
+
+    As root, the runtime runs workloads as unprivileged users, who cannot pass
+    through pytest's private temporary directories (tests/process_user.py).
+    """
+    base = reachable_dir()
+    settings.STORAGE_ROOT = base / "volumes"
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """Hypothesis over the database: each example's rows live in a savepoint rolled back at its end.
 
-The tests of the apps' hand-written SQL (tests/*/test_sql.py) hold every
+The tests of the apps' hand-written SQL (tests/*/test_fast_sql.py) hold every
 function to an ORM query computing the same thing, over rows hypothesis
 generates. A test takes the `db` fixture (or one built on it) once; each
 example writes its rows inside `rolled_back()`, so the next starts from

@@ -19,6 +19,7 @@ from kombu.asynchronous import set_event_loop
 
 from gpucloud import embedded
 from gpucloud.celery import app
+from gpucloud.serving import server_config
 
 
 def purge(queues: list[str]) -> None:
@@ -71,7 +72,8 @@ def uvicorn_server(app: Any, *, port: int = 0) -> Iterator[str]:
 
     `port` 0 takes a free one; a given port lets a test stop the console and start it again where clients expect it.
     """
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning"))
+    # The CLI's configuration (proxy headers as `gpucloud serve` treats them), so tests see what is served.
+    server = uvicorn.Server(server_config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     assert wait_until(lambda: server.started, timeout=20, interval=0.02), "uvicorn did not start"
@@ -88,10 +90,36 @@ def kill_process_sessions(work_dir: Path) -> None:
 
     Each such workload is a session of its own: whatever Jupyter a failed test left behind goes with it.
     """
-    from inventory.drivers.process_workdir import alive
+    from inventory.drivers.process._workdir import alive
 
     for path in work_dir.glob("*/state.json"):
         state = json.loads(path.read_text())
         if state.get("pgid") and alive(state.get("pid"), state.get("child_start")):
             with suppress(ProcessLookupError):
                 os.killpg(state["pgid"], signal.SIGKILL)
+
+
+def wait_for_idle_database(timeout: float = 15.0) -> bool:
+    """Wait until no other session of the test database runs a statement or holds a transaction open.
+
+    For tests whose live server may still be answering (a WebSocket closed by the client is torn down on the
+    server a moment later): pytest-django's flush truncates every table, and a server query meeting it
+    deadlocks. Postgres only; elsewhere (SQLite locks the whole file) returns True at once.
+    """
+    if connections["default"].vendor != "postgresql":
+        return True
+    probe = connections.create_connection("default")
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        " AND state IN ('active', 'idle in transaction', 'idle in transaction (aborted)')"
+    )
+    try:
+
+        def idle() -> bool:
+            with probe.cursor() as cursor:
+                cursor.execute(query)
+                return int(cursor.fetchone()[0]) == 0
+
+        return wait_until(idle, timeout, interval=0.1)
+    finally:
+        probe.close()

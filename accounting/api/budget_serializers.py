@@ -7,9 +7,9 @@ from typing import Any
 
 from rest_framework import serializers
 
-from accounting.budget_choices import BudgetPeriod, BudgetUnit, HardAction, RequestKind
-from accounting.budgets import BudgetState
+from accounting.choices import BudgetPeriod, BudgetUnit, HardAction, RequestKind
 from accounting.models import Budget, IncreaseRequest
+from accounting.selectors.budgets import BudgetState
 from common.api.fields import Integer
 from tenants.api.fields import ScopedSlugField
 from tenants.models import MAX_GPUS

@@ -1,4 +1,4 @@
-"""Budgets and requests for more over the API: thin adapters over accounting.budgets and accounting.increases."""
+"""Budgets and requests for more over the API: thin adapters over accounting.services.budgets and .increases."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounting import budgets, increases, selectors
+from accounting import selectors
 from accounting.api import budget_serializers as s
 from accounting.models import Budget, IncreaseRequest
+from accounting.selectors.budgets import all_budgets, budget_states, budgets_in_scope, tenant_budget_states
+from accounting.services import budgets, increases
 from tenants.api.base import PlatformViewSet, TenantViewSet
 from tenants.choices import Role
 
@@ -28,12 +30,12 @@ class BudgetEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
     serializer_class = s.BudgetSerializer
 
     def scoped_queryset(self) -> QuerySet[Budget]:
-        return budgets.budgets_in_scope()
+        return budgets_in_scope()
 
     def get_serializer_context(self) -> dict[str, Any]:
         context = super().get_serializer_context()
         tenant = getattr(self, "tenant", None)
-        found = budgets.tenant_budget_states(tenant, now=timezone.now()) if tenant is not None else []
+        found = tenant_budget_states(tenant, now=timezone.now()) if tenant is not None else []
         return {**context, "states": {state.budget.pk: state for state in found}}
 
     @extend_schema(request=s.BudgetCreateSerializer, responses={201: s.BudgetSerializer})
@@ -59,11 +61,11 @@ class PlatformBudgetEndpoint(*_READ, PlatformViewSet):  # type: ignore[misc]
     read_role = Role.OPERATOR
 
     def scoped_queryset(self) -> QuerySet[Budget]:
-        return budgets.all_budgets().filter(project__isnull=True)
+        return all_budgets().filter(project__isnull=True)
 
     def get_serializer_context(self) -> dict[str, Any]:
         context = super().get_serializer_context()
-        found = budgets.budget_states(now=timezone.now()) if getattr(self, "actor", None) is not None else []
+        found = budget_states(now=timezone.now()) if getattr(self, "actor", None) is not None else []
         return {**context, "states": {state.budget.pk: state for state in found}}
 
     @extend_schema(request=s.PlatformBudgetCreateSerializer, responses={201: s.BudgetSerializer})

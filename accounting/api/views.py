@@ -112,14 +112,14 @@ class PlatformAccountingEndpoint(PlatformViewSet):
 
 
 class PriceEndpoint(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformViewSet):
-    """Prices with their history: everyone signed in reads them; operators add them, and remove those not yet in
-    effect (past reports never change)."""
+    """Prices with their history: everyone signed in reads the platform-wide ones and those of the pools they
+    may use; operators add them, and remove those not yet in effect (past reports never change)."""
 
     serializer_class = s.PriceSerializer
     filterset_fields = ["resource"]
 
     def scoped_queryset(self) -> QuerySet[Price]:
-        return selectors.prices()
+        return selectors.prices_visible_to(self.actor)
 
     def get_serializer_context(self) -> dict[str, Any]:
         return {**super().get_serializer_context(), "now": timezone.now()}

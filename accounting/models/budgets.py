@@ -7,7 +7,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from accounting.budget_choices import BudgetPeriod, BudgetUnit, HardAction, NoticeLevel
+from accounting.choices import BudgetPeriod, BudgetUnit, HardAction, NoticeLevel
 from tenants.scoping import TenantOwnedModel
 
 MAX_AMOUNT = 10**10  # far above any plan: a larger number is a typo

@@ -7,7 +7,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from accounting.budget_choices import RequestKind, RequestState
+from accounting.choices import RequestKind, RequestState
 from accounting.models.budgets import MAX_AMOUNT
 from tenants.models import MAX_GPUS
 from tenants.scoping import TenantOwnedModel
@@ -21,7 +21,7 @@ class IncreaseRequest(TenantOwnedModel):
     the extra amount. Tenant admins decide on project requests, operators on
     the tenant's own. On approval `previous` records what was in force and
     `granted` what the approval set, so that expiry at `ends_at` takes back
-    exactly what was granted (`accounting.increases`).
+    exactly what was granted (`accounting.services.increases`).
     """
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="increase_requests")

@@ -1,4 +1,7 @@
-"""Usage rolled up by UTC hour, and how far the rollups reach: written by accounting.rollups, read by the reports."""
+"""Usage rolled up by UTC hour, and how far the rollups reach.
+
+Written by accounting.services.rollups, read by the reports.
+"""
 
 from __future__ import annotations
 
@@ -70,7 +73,7 @@ class RollupMark(models.Model):
 
     Every UTC hour in [rolled_from, settled_until) is in UsageHour and was
     last rolled up at least the lateness window after it closed, so late GPU
-    samples and late releases are in it (accounting.rollups says why that
+    samples and late releases are in it (accounting.services.rollups says why that
     window). Hours from `settled_until` on may be rolled up already, but a
     later run rolls them again: reports read them from the ledger.
     """

@@ -17,7 +17,7 @@ Cost prices each sub-window of the period with the prices in effect in it
 (`accounting.models.Price`), so a price change applies from its date on.
 
 Reads stay fast over long periods through the hourly rollups
-(`accounting.models.UsageHour`, written by `accounting.rollups` with
+(`accounting.models.UsageHour`, written by `accounting.services.rollups` with
 `usage_by_hour`, this package's own rule): the whole settled hours of each
 piece of constant prices are read from them, and only the ragged edges, the
 recent hours and groupings by workload (which the rollups do not keep) from
@@ -25,6 +25,11 @@ the ledger; one rollup query and one pass over the ledger serve a whole
 report, every bucket of it. Both are summed before pricing, so the figures
 are the same whichever path served them, but for the order in which
 floating-point seconds were added (see tests/accounting/test_rollups.py).
+
+Beside the reports, one module a concern: `budgets` (each budget's use in
+its current period), `budget_notes` (what the budgets say at launch),
+`requests` (requests for more), `prices`, `decayed` (fair share's history)
+and `jobs_port` (accounting's answers to the jobs app, `jobs.accounting_port`).
 """
 
 from __future__ import annotations
@@ -40,11 +45,12 @@ from django.db.models import QuerySet
 from accounting.periods import Period, bucket_edges
 from accounting.selectors.figures import Group, Report, Usage, UsageRow, Window
 from accounting.selectors.ledger import ROLLUP_DIMS, chunks, held, held_by, overlapping, overlaps
-from accounting.selectors.prices import PriceBook, prices
+from accounting.selectors.prices import PriceBook, prices, prices_visible_to
 from accounting.selectors.requests import requests_awaiting_operators, requests_in_scope
 from accounting.selectors.rolled import rolled_hours, rolled_up, settled_hours
 from jobs.models import Allocation
 from tenants.models import Tenant
+from tenants.scoping import tenant_scope
 
 __all__ = [
     "PriceBook",
@@ -53,6 +59,7 @@ __all__ = [
     "UsageRow",
     "platform_report",
     "prices",
+    "prices_visible_to",
     "requests_awaiting_operators",
     "requests_in_scope",
     "tenant_report",
@@ -66,7 +73,9 @@ def tenant_report(
     tenant: Tenant, period: Period, group_by: Sequence[str], *, now: datetime, bucket: str = ""
 ) -> Report:
     """Return what `tenant` used in `period`, grouped by `group_by` (Dimension values, not `tenant`)."""
-    allocations = Allocation.all_tenants.filter(tenant_id=tenant.pk)  # the one tenant, named: fail closed
+    # Built under `tenant`'s scope, so it stays the one tenant's when a CSV streams after the request's ended.
+    with tenant_scope(tenant):
+        allocations = Allocation.objects.all()
     return _report(allocations, {"tenant_id": tenant.pk}, period, group_by, now=now, bucket=bucket)
 
 

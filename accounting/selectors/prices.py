@@ -7,11 +7,13 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from accounting.choices import Resource
 from accounting.models import Price
 from accounting.selectors.figures import Usage
+from inventory.selectors import pools_visible_to
+from tenants.context import Actor
 
 _MICRO = Decimal("0.000001")
 
@@ -66,3 +68,12 @@ class PriceBook:
 def prices() -> QuerySet[Price]:
     """Return every price, newest date first within each key: prices are platform-wide, not tenant data."""
     return Price.objects.select_related("pool").order_by("resource", "pool__name", "gpu_model", "-effective_from")
+
+
+def prices_visible_to(actor: Actor) -> QuerySet[Price]:
+    """Return the prices `actor` may read, ordered as `prices`: platform-wide ones and those of the pools it
+    may see (`inventory.selectors.pools_visible_to`); a pool dedicated to another tenant, and its prices, stay
+    hidden (they say what that tenant pays). Operators see every price."""
+    if actor.is_operator:
+        return prices()
+    return prices().filter(Q(pool__isnull=True) | Q(pool__in=pools_visible_to(actor)))

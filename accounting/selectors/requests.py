@@ -1,10 +1,10 @@
-"""Reading requests for more (`accounting.increases` asks, decides and expires them)."""
+"""Reading requests for more (`accounting.services.increases` asks, decides and expires them)."""
 
 from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from accounting.budget_choices import RequestState
+from accounting.choices import RequestState
 from accounting.models import IncreaseRequest
 
 

@@ -151,7 +151,8 @@ class Drive(Stage):
         names = {workload_id: name for name, workload_id in self.submitter.accepted.items()}
         found = set()
         for container, finished in self.docker.finished_at().items():
-            match = re.fullmatch(r"gpucloud-w(\d+)-r\d+-a(\d+)", container)
+            # `policy.container_name`: gpucloud-<installation tag>-w<id>-r<replica>-a<attempt>.
+            match = re.fullmatch(r"gpucloud-[0-9a-f]{8}-w(\d+)-r\d+-a(\d+)", container)
             if match and int(match[1]) in names and begin <= finished <= end:
                 found.add((names[int(match[1])], int(match[2])))
         return frozenset(found)

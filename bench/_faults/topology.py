@@ -12,6 +12,7 @@ agent per node (`--probe simulated --simulated-gpus N --allow-process-runtime`).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -97,11 +98,25 @@ def _environment(code: Path, run_dir: Path, extra: dict[str, str]) -> dict[str, 
         GPUCLOUD_AGENT_PULL_IMAGES="0",
         # The harness registers its nodes itself: a first `gpucloud up` must not register `local` before it.
         GPUCLOUD_LOCAL_NODE="off",
-        # Jupyter from the suite's own interpreter: the process runtime gives workloads a minimal PATH.
-        NOTEBOOK_COMMAND=f"{PYTHON},-m,jupyterlab",
+        # Jupyter from the suite's own interpreter, as the workload's user can run it (a root agent runs
+        # workloads as an unprivileged user): the process runtime gives workloads a minimal PATH.
+        NOTEBOOK_COMMAND=",".join([*_workload_python(code), "-m", "jupyterlab"]),
     )
+    # Notebooks on a port of their own, chosen free here: the CLI's default (the console's port + 1) may be
+    # another process's, e.g. a parallel test worker's.
+    env["NOTEBOOK_ORIGIN"] = f"http://127.0.0.1:{free_port()}"
     env.update(extra)
     return env
+
+
+def _workload_python(code: Path) -> list[str]:
+    """Return the command prefix that runs this Python as a workload's user: the tests' rule (tests/process_user.py)."""
+    spec = importlib.util.spec_from_file_location("_process_user", code / "tests" / "process_user.py")
+    assert spec is not None and spec.loader is not None, f"no tests/process_user.py in {code}"
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    prefix: list[str] = module.workload_python()
+    return prefix
 
 
 def _launch(*args: str) -> list[str]:

@@ -186,9 +186,16 @@ def browser_session(base: str) -> httpx.Client:
 
 
 def proxy_serves(session: httpx.Client, workload_id: int) -> bool:
-    """Return True when the notebook answers its status URL through the console's proxy."""
+    """Return True when the notebook answers its status URL through the console's hand-off and proxy.
+
+    The console's `/notebooks/<id>/open` redirects to the notebook origin's one-time entry, which sets the
+    notebook's own cookie and redirects to the path asked for.
+    """
     try:
-        return session.get(f"/notebooks/{workload_id}/api/status").status_code == 200
+        handed = session.get(f"/notebooks/{workload_id}/open", params={"next": "api/status"})
+        if handed.status_code != 302:
+            return False
+        return session.get(handed.headers["location"], follow_redirects=True).status_code == 200
     except httpx.HTTPError:
         return False
 

@@ -205,7 +205,8 @@ def test_a_spec_with_local_problems_reports_them_even_when_the_api_cannot_be_ask
         "error: the spec has 1 problem",
         f"  {spec}:9 (document 3) imagee: unknown_field: Unknown field; did you mean 'image'? "
         + "allowed: command, cpu_milli, env, gpu_models, gpus_per_replica, image, kind, max_runtime_seconds, "
-        + "memory_mib, name, pool, preset, priority_class, project, replicas, requeue_limit, stop_signal, tenant.",
+        + "memory_mib, name, pool, preset, priority_class, project, replicas, requeue_limit, shm_mib, stop_signal, "
+        + "tenant.",
     ]
 
 

@@ -67,6 +67,7 @@ DETAIL = {
         {"key": "placed", "label": "Placed on a node", "detail": "waiting for quota", "status": "current"},
         {"key": "image", "label": "Image pulled", "detail": "", "status": "next"},
     ],
+    "actions": ["cancel"],
 }
 
 
@@ -84,6 +85,8 @@ def canned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AppState:
     monkeypatch.setenv("GPUCLOUD_URL", "http://console.test")
     monkeypatch.setenv("GPUCLOUD_TOKEN", TOKEN)
     monkeypatch.setenv("GPUCLOUD_TENANT", "acme")
+    # Off a terminal the table is COLUMNS wide: pinned, whatever the worker process inherited.
+    monkeypatch.setenv("COLUMNS", "200")
 
     def answer(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/workloads/12/"):
@@ -175,7 +178,7 @@ def test_describe_says_why_it_waits_and_how_it_launches() -> None:
     page = " ".join(rendered(describe_view(WorkloadDetail.from_json(DETAIL), "http://console.test")).split())
 
     assert "Reason QUOTA_EXCEEDED: The project's quota in pool a100 is in use. Hint Wait, or ask" in page
-    assert "Queue position 3" in page
+    assert "Hint Wait, or ask an admin to raise the limit. Actions cancel Queue position 3" in page
     assert "Command python train.py --note 'two words'" in page
     assert "GPUs 2x4 (any model) CPU / memory 1.5 CPU, 8192 MiB per replica" in page
     assert "Launch steps ✓ Queued > Placed on a node waiting for quota · Image pulled" in page

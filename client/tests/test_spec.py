@@ -101,6 +101,17 @@ def test_unknown_key_without_a_close_field_lists_the_allowed_ones() -> None:
     assert "allowed: command, cpu_milli," in issue.message
 
 
+def test_every_container_option_is_named_at_its_line() -> None:
+    forbidden = ["privileged", "cap_add", "binds", "volumes", "network_mode", "pid", "ipc", "devices", "security_opt"]
+    text = "name: a\nimage: b\n" + "".join(f"{key}: x\n" for key in forbidden)
+
+    issues = _issues(text)
+
+    assert [(i.field, i.code, i.line) for i in issues] == [
+        (key, "unknown_field", line) for line, key in enumerate(forbidden, start=3)
+    ]
+
+
 def test_every_problem_of_every_document_at_once() -> None:
     text = "name: a\nimagee: b\n---\n- just\n- a list\n---\nname: [broken\n---\nname: d\nvolumes: [x]\nname: again\n"
 

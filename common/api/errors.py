@@ -21,6 +21,7 @@ from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from common.api.parsers import UnstorableText
 from common.errors import Conflict
 from common.requests import current_request_info
 
@@ -91,6 +92,8 @@ def _error_response(exc: Exception, context: dict[str, Any]) -> Response | None:
         return _validation_response(as_serializer_error(exc))
     if isinstance(exc, exceptions.ValidationError):
         return _validation_response(exc.detail)
+    if isinstance(exc, UnstorableText):
+        return _validation_response(exc.fields)
     if isinstance(exc, Conflict):
         return Response(error_body(exc.code, exc.message, details=exc.details), status=409)
     if isinstance(exc, OverflowError | DataError):

@@ -14,6 +14,8 @@ from typing import IO, Any
 
 from rest_framework import exceptions, parsers
 
+from common.text import UNSTORABLE_MESSAGE, unstorable_paths
+
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """Far beyond the largest bulk submission; a longer body is a 413."""
 MAX_DEPTH = 32
@@ -26,8 +28,20 @@ class BodyTooLarge(exceptions.APIException):
     default_code = "too_large"
 
 
+class UnstorableText(exceptions.ParseError):
+    """A body whose text nothing can store: a 400 naming each field (`common.api.errors` renders `fields`).
+
+    A parse error rather than a ValidationError, so that no view mistakes it for its serializer's refusal
+    and goes on to judge the (empty) data left behind.
+    """
+
+    def __init__(self, paths: list[str]) -> None:
+        super().__init__(f"{paths[0]}: {UNSTORABLE_MESSAGE}", code="invalid_text")
+        self.fields = {path: [exceptions.ErrorDetail(UNSTORABLE_MESSAGE, code="invalid_text")] for path in paths}
+
+
 class JSONParser(parsers.JSONParser):
-    """DRF's JSON parser with MAX_BODY_BYTES and MAX_DEPTH; a body past either is refused, not parsed."""
+    """DRF's JSON parser with MAX_BODY_BYTES and MAX_DEPTH, refusing text nothing can store (`common.text`)."""
 
     def parse(
         self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
@@ -46,6 +60,9 @@ class JSONParser(parsers.JSONParser):
             raise exceptions.ParseError(f"JSON parse error - {error}") from error
         if depth(data) > MAX_DEPTH:
             raise exceptions.ParseError(f"JSON parse error - nested deeper than {MAX_DEPTH} levels")
+        # Refused here, once for every view and serializer: such text would fail the database or every later read.
+        if unstorable := unstorable_paths(data):
+            raise UnstorableText(unstorable)
         return data
 
 

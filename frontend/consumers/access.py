@@ -29,6 +29,7 @@ from common.live_layer import Outgoing, access_group, publish
 from jobs.live import publish_workload_deleted
 from jobs.models import Workload
 from tenants.models import ApiToken, Membership, Tenant
+from tenants.scoping import tenant_scope
 
 
 def announce_access_changed(user_ids: Iterable[int]) -> None:
@@ -56,7 +57,9 @@ def _user_changed(sender: type[User], instance: User, created: bool = False, **k
 def _tenant_changed(sender: type[Tenant], instance: Tenant, **kwargs: Any) -> None:
     # A deleted tenant's memberships are deleted with it and announce themselves.
     if not instance.is_active:
-        announce_access_changed(Membership.all_tenants.filter(tenant=instance).values_list("user_id", flat=True))
+        with tenant_scope(instance):
+            members = list(Membership.objects.values_list("user_id", flat=True))
+        announce_access_changed(members)
 
 
 def _logged_out(sender: Any, request: Any, user: User | None, **kwargs: Any) -> None:

@@ -9,7 +9,8 @@ through `authenticate_secret`, the API's own check, so a token reaches
 exactly what it reaches on the API.
 
 Origin: a handshake without a token (a cookie, or nothing) must come from
-one of the console's hosts; a token may come with no Origin (non-browser
+the console's own origin, scheme, host and port alike, never the notebook
+origin (`jobs.proxy.same_site_origin`); a token may come with no Origin (non-browser
 clients send none), but an Origin it sends must be allowed too, so a page
 elsewhere cannot use a token either. A refused Origin fails the handshake
 itself (HTTP 403), before any consumer runs.
@@ -68,7 +69,7 @@ def bearer_secret(scope: Scope) -> str | None:
 
 
 def origin_allowed(scope: Scope, *, token: bool) -> bool:
-    """Return whether the handshake's Origin may open a stream: one of the console's hosts, or none with a token."""
+    """Return whether the handshake's Origin may open a stream: the console's own origin, or none with a token."""
     origins = [value for key, value in scope.get("headers") or [] if key.lower() == b"origin"]
     if not origins:
         return token

@@ -39,7 +39,7 @@ class EventsConsumer(LiveConsumer):
     async def start(self) -> None:
         await self.join(tenant_events_group(self.tenant.pk))
         project_id = self.project.pk if self.project is not None else None
-        rows = await database_sync_to_async(live_rows_of_tenant)(self.tenant.pk, project_id=project_id)
+        rows = await database_sync_to_async(live_rows_of_tenant)(self.tenant, project_id=project_id)
         await self.emit({"type": "snapshot", "workloads": rows})
 
     async def workload_rows(self, event: dict[str, Any]) -> None:

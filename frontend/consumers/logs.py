@@ -54,7 +54,7 @@ class LogConsumer(WorkloadStream):
         else:
             self.last_seq = self.after
             await self.catch_up(snapshot=True)
-        state = await database_sync_to_async(live_workload_state)(self.workload_id)
+        state = await database_sync_to_async(live_workload_state)(self.workload)
         if state is not None:
             await self.send_state(state)
 
@@ -79,7 +79,7 @@ class LogConsumer(WorkloadStream):
             return
         self.state = state
         ended = state_message(state)["ended"]
-        self.ended = ended and await database_sync_to_async(output_settled)(self.workload_id)
+        self.ended = ended and await database_sync_to_async(output_settled)(self.workload)
         await self.emit({"type": "state", "state": state, "ended": self.ended})
         if ended and not self.ended and self._settling is None:
             self._settling = asyncio.create_task(self._await_settled())
@@ -95,7 +95,7 @@ class LogConsumer(WorkloadStream):
 
     async def _end_if_settled(self) -> None:
         """Once the ended workload's output is all stored: send what is left, then `ended`."""
-        if self.ended or self.state is None or not await database_sync_to_async(output_settled)(self.workload_id):
+        if self.ended or self.state is None or not await database_sync_to_async(output_settled)(self.workload):
             return
         self.ended = True
         await self.catch_up()

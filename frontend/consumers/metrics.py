@@ -63,7 +63,7 @@ class WorkloadMetricsConsumer(WorkloadStream):
 
     async def refresh_allocations(self) -> None:
         """Re-read the GPUs held, follow their nodes' groups, and send `allocations` when they changed."""
-        gpus = await database_sync_to_async(live_workload_gpus)(self.workload_id)
+        gpus = await database_sync_to_async(live_workload_gpus)(self.workload)
         self.node_of = {gpu["uuid"]: gpu["node"] for gpu in gpus}
         wanted = {node_gpu_group(node) for node in self.node_of.values()}
         for group in [group for group in self._joined if group.startswith("gpus.node.") and group not in wanted]:

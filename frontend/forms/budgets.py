@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from accounting.budget_choices import BudgetPeriod, BudgetUnit, HardAction, RequestKind
+from accounting.choices import BudgetPeriod, BudgetUnit, HardAction, RequestKind
 from frontend.forms.base import _choices
 
 # How a page names the tenant's own budget or quota in a project choice.

@@ -48,7 +48,7 @@ class NodeForm(forms.Form):
     )
     address = forms.CharField(max_length=255, required=False, help_text="Host name or IP other nodes reach it at.")
     cpu_cores = forms.IntegerField(min_value=0, required=False, label="CPU cores")
-    memory_mb = forms.IntegerField(min_value=0, required=False, label="Memory (MiB)")
+    memory_mib = forms.IntegerField(min_value=0, required=False, label="Memory (MiB)")
     simulated_gpu_count = forms.IntegerField(min_value=0, required=False, label="Simulated GPUs")
     simulated_gpu_model = forms.CharField(
         max_length=100,
@@ -87,7 +87,7 @@ class NodeForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
-        for name in ("cpu_cores", "memory_mb", "simulated_gpu_count"):
+        for name in ("cpu_cores", "memory_mib", "simulated_gpu_count"):
             if name in cleaned and cleaned[name] is None:
                 cleaned[name] = 0
         return cleaned

@@ -45,6 +45,11 @@ class LaunchForm(forms.Form):
     replicas = _whole_number(initial=1, help_text="More than one runs a gang: all replicas start together.")
     cpu_milli = _whole_number(initial=1000, label="CPU (millicores)", help_text="1000 is one core.")
     memory_mib = _whole_number(initial=4096, label="Memory (MiB)")
+    shm_mib = _whole_number(
+        required=False,
+        label="Shared memory (MiB)",
+        help_text="For NCCL and data loaders; at most the memory. Empty: 64 MiB.",
+    )
     priority_class = forms.ChoiceField(choices=PriorityClass.choices, initial=PriorityClass.NORMAL, label="Priority")
     max_runtime_seconds = _whole_number(
         required=False, label="Max runtime (s)", help_text="Empty: the most the project's quota allows."

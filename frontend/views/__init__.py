@@ -54,7 +54,7 @@ def again(request: HttpRequest) -> HttpResponseRedirect:
 
 
 class LoginView(auth_views.LoginView):
-    """The login page; `?username=` fills in the user name (an invitation link already used sends it)."""
+    """The login page; `?username=` fills in the user name (an invitation link sends it with `next`)."""
 
     template_name = "frontend/login.html"
     authentication_form = forms.LoginForm
@@ -69,12 +69,15 @@ def home(request: HttpRequest) -> HttpResponse:
         return redirect("frontend:login")
     actor = actor_of(request)
     tenants = tenants_for_switcher(actor)
-    if len(tenants) == 1 and not actor.is_operator:
+    # Invitations addressed to them wait here (answering one takes its link: tenants/services/invitations.py).
+    invitations = list(selectors.open_invitations_of_user(request.user))
+    if len(tenants) == 1 and not actor.is_operator and not invitations:
         return redirect("frontend:overview", tenant=tenants[0].slug)
     tenant_form = forms.TenantForm() if actor.is_operator else None
     # Operators get a start page (next steps, the fleet at a glance) whether or not they are members anywhere.
     start = operator_start() if actor.is_operator else None
-    return render(request, "frontend/home.html", {"tenants": tenants, "tenant_form": tenant_form, "start": start})
+    context = {"tenants": tenants, "tenant_form": tenant_form, "start": start, "invitations": invitations}
+    return render(request, "frontend/home.html", context)
 
 
 @tenant_view(Role.VIEWER)

@@ -28,6 +28,7 @@ from inventory.models import NodePool
 from tenants import selectors
 from tenants.choices import Role
 from tenants.models import NO_LIMIT, AuditEvent, Project, Tenant
+from tenants.scoping import tenant_scope
 
 # What people call each kind of subject; a kind missing here shows as stored.
 SUBJECT_KINDS = {
@@ -90,18 +91,16 @@ class _Names:
     projects: dict[int, str] = field(default_factory=dict)
 
     @classmethod
-    def for_events(cls, events: list[AuditEvent], tenant_id: int) -> _Names:
+    def for_events(cls, events: list[AuditEvent], tenant: Tenant) -> _Names:
         wanted: dict[str, set[int]] = {"users": set(), "pools": set(), "projects": set()}
         for event in events:
             _collect_ids(event, wanted)
-        return cls(
-            users=dict(User.objects.filter(pk__in=wanted["users"]).values_list("pk", "username")),
-            pools=dict(NodePool.objects.filter(pk__in=wanted["pools"]).values_list("pk", "name")),
-            # Named by tenant rather than through the scope: the CSV export reads after the view has returned.
-            projects=dict(
-                Project.all_tenants.filter(tenant_id=tenant_id, pk__in=wanted["projects"]).values_list("pk", "slug")
-            ),
-        )
+        users = dict(User.objects.filter(pk__in=wanted["users"]).values_list("pk", "username"))
+        pools = dict(NodePool.objects.filter(pk__in=wanted["pools"]).values_list("pk", "name"))
+        # The tenant's own scope rather than the request's: the CSV export reads after the view has returned.
+        with tenant_scope(tenant):
+            projects = dict(Project.objects.filter(pk__in=wanted["projects"]).values_list("pk", "slug"))
+        return cls(users=users, pools=pools, projects=projects)
 
     def of(self, kind: str, pk: int) -> str:
         return getattr(self, kind).get(pk) or f"#{pk}"
@@ -184,7 +183,7 @@ def _kind(event: AuditEvent) -> str:
 def readable(events: Iterable[AuditEvent], tenant: Tenant) -> list[AuditRow]:
     """Return `tenant`'s `events` as people read them, resolving old events' ids in one query per kind."""
     listed = list(events)
-    names = _Names.for_events(listed, tenant.pk)
+    names = _Names.for_events(listed, tenant)
     return [
         AuditRow(
             event=event,

@@ -5,7 +5,7 @@ bar; tenant admins add, change and remove their projects' budgets, operators
 the tenant's own. Requests: members ask for more for their projects (admins
 for the tenant too); tenant admins decide on projects' requests, operators on
 the tenant's own; a requester withdraws a pending one. Every write goes
-through `accounting.budgets` and `accounting.increases`, as the API's do.
+through `accounting.services.budgets` and `accounting.services.increases`, as the API's do.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from accounting import budgets, increases, selectors
-from accounting.budget_choices import RequestState
-from accounting.budget_notes import launch_notes, most_gpu_seconds
-from accounting.budgets import BudgetState
+from accounting import selectors
+from accounting.choices import RequestState
 from accounting.models import IncreaseRequest
+from accounting.selectors.budget_notes import launch_notes, most_gpu_seconds
+from accounting.selectors.budgets import BudgetState, budgets_in_scope, tenant_budget_states
+from accounting.services import budgets, increases
 from frontend.access import Page, operator_view, tenant_view
 from frontend.forms.budgets import TENANT_ITSELF, AskForm, BudgetForm, BudgetNumbersForm, DecisionForm
 from frontend.views import again, attempt
@@ -83,7 +84,7 @@ def _create(page: Page, form: BudgetForm) -> Any:
 
 def _budgets_context(page: Page, form: Form, edited: dict[int, Form] | None = None) -> dict[str, Any]:
     rows = []
-    for state in budgets.tenant_budget_states(page.tenant, now=timezone.now()):
+    for state in tenant_budget_states(page.tenant, now=timezone.now()):
         initial = {name: getattr(state.budget, name) for name in _NUMBERS}
         edit = (edited or {}).get(state.budget.pk) or BudgetNumbersForm(initial=initial, prefix=f"b{state.budget.pk}")
         rows.append((state, edit, _may_set(page, state)))
@@ -94,7 +95,7 @@ def _budgets_context(page: Page, form: Form, edited: dict[int, Form] | None = No
 @tenant_view(Role.ADMIN)
 def budget_edit(request: HttpRequest, page: Page, pk: int) -> HttpResponse:
     """Change (`action=save`) or remove (`action=delete`) one budget; an error re-renders the page on its row."""
-    budget = get_object_or_404(budgets.budgets_in_scope(), pk=pk)
+    budget = get_object_or_404(budgets_in_scope(), pk=pk)
     if request.POST.get("action") == "delete":
         budgets.delete_budget(actor=page.actor, budget=budget)
         messages.success(request, "Budget removed.")
@@ -143,7 +144,7 @@ def _ask(page: Page, form: AskForm) -> IncreaseRequest:
 def _requests_context(page: Page, form: Form) -> dict[str, Any]:
     found = list(selectors.requests_in_scope()[:200])
     user_id = page.actor.user.pk if page.actor.user is not None else None
-    # Who decides, as `accounting.increases.require_decider` says, from the role the page already read.
+    # Who decides, as `accounting.services.increases.require_decider` says, from the role the page already read.
     rows = [
         (r, page.is_operator if r.project_id is None else page.is_admin, r.requester_id == user_id)
         for r in sorted(found, key=lambda r: r.state != RequestState.PENDING)
@@ -188,8 +189,9 @@ def ops_requests(request: HttpRequest) -> HttpResponse:
 
 
 def launch_notes_for_form(form: Form, projects: Sequence[Project]) -> list[str]:
-    """Return the budget notes (`accounting.budget_notes`) for the job the launch form describes now (its data,
-    else its initial values): its project (the first one offered when none is chosen), GPUs and maximum runtime."""
+    """Return the budget notes (`accounting.selectors.budget_notes`) for the job the launch form describes now
+    (its data, else its initial values): its project (the first one offered when none is chosen), GPUs and
+    maximum runtime."""
     slug = form["project"].value()
     project = next((p for p in projects if p.slug == slug), projects[0] if projects else None)
     gpus = _number(form["gpus_per_replica"].value(), 1) * _number(form["replicas"].value(), 1)

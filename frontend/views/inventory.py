@@ -29,7 +29,7 @@ from frontend import selectors as ui_selectors
 from frontend.access import actor_of, operator_view
 from frontend.views import again, attempt, message_of
 from inventory import selectors, services
-from inventory.choices import NodeState, PlacementPolicy, can_transition
+from inventory.choices import NODE_TRANSITIONS, NodeState, PlacementPolicy
 from inventory.models import Node, NodeCredential, NodePool
 from inventory.services import agents
 from tenants.context import Actor
@@ -154,9 +154,10 @@ class NodeAction:
         """Return whether the lifecycle lets an operator take this action from `state`."""
         if state in SYSTEM_DRIVEN and self.target != NodeState.RETIRED:
             return False
-        if can_transition(state, self.target):
+        if NODE_TRANSITIONS.allows(state, self.target):
             return True
-        return self.via is not None and can_transition(state, self.via) and can_transition(self.via, self.target)
+        via = self.via
+        return via is not None and NODE_TRANSITIONS.allows(state, via) and NODE_TRANSITIONS.allows(via, self.target)
 
     def form(self, data: Any = None) -> Form:
         return (self.form_class or Form)(data, prefix=self.name)

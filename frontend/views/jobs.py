@@ -29,7 +29,8 @@ from jobs import services
 from jobs.choices import TERMINAL_STATES, ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Workload
 from jobs.selectors.progress import STEP_STATES
-from jobs.services.actions import RESTARTABLE_STATES
+from jobs.services.actions import STARTED_STATES
+from jobs.services.available import available_actions
 from jobs.services.hibernation import notebook_link
 from tenants import selectors as tenant_selectors
 from tenants.choices import Role
@@ -64,23 +65,16 @@ def ops_allocation(request: HttpRequest) -> HttpResponse:
     return render(request, "frontend/ops_allocation.html", {"rows": job_selectors.allocation_by_pool_and_tenant()})
 
 
-def owns_or_admins(page: Page, workload: Workload) -> bool:
-    """Return whether the viewer is `workload`'s owner or a tenant admin: who may open its notebook."""
-    return page.is_admin or (page.actor.user is not None and workload.owner_id == page.actor.user.pk)
-
-
-def may_manage(page: Page, workload: Workload) -> bool:
-    """Return whether the viewer may act on `workload`: members on their own, tenant admins on any."""
-    return page.can_write and owns_or_admins(page, workload)
+def _viewer_id(page: Page) -> int | None:
+    return page.actor.user.pk if page.actor.user is not None else None
 
 
 def notebook_url(page: Page, workload: Workload) -> str | None:
-    """Return the console's proxy path to `workload`'s Jupyter, or None when it is not running or not the viewer's.
+    """Return the console's hand-off path to `workload`'s Jupyter, or None when not running or not the viewer's to open.
 
-    The proxy lets only the owner and tenant admins through, so nobody else is offered the link.
+    Asks the rule the proxy asks (`is_notebook_opener`), so nobody it turns away is offered the link.
     """
-    viewer = page.actor.user.pk if page.actor.user is not None else None
-    return notebook_link(workload, viewer_id=viewer, viewer_is_admin=page.is_admin)
+    return notebook_link(workload, viewer_id=_viewer_id(page), role=page.role)
 
 
 def _project_choices() -> list[tuple[str, str]]:
@@ -110,24 +104,15 @@ def workloads(request: HttpRequest, page: Page) -> HttpResponse:
 
 @dataclass(frozen=True)
 class WorkloadAction:
-    """A button on a workload's page: when it applies, and the service it calls."""
+    """A button on a workload's page: the service it calls and what the page says of it. Which buttons a
+    viewer gets is `jobs.services.available.available_actions`'s answer (`offered_actions`)."""
 
     name: str
     label: str
     help: str
-    applies: Callable[[Workload], bool]
     service: Callable[..., Workload]
     done: str
     danger: bool = False
-
-
-def _idle_warned(workload: Workload) -> bool:
-    return (
-        workload.kind == WorkloadKind.NOTEBOOK
-        and workload.state == WorkloadState.RUNNING
-        and workload.idle_warned_at is not None
-        and workload.idle_extended_at is None
-    )
 
 
 WORKLOAD_ACTIONS = {
@@ -137,8 +122,6 @@ WORKLOAD_ACTIONS = {
             "cancel",
             "Cancel",
             "Take it out of the queue; its GPUs, if any were set aside, are freed.",
-            lambda w: w.state
-            in (WorkloadState.PENDING, WorkloadState.SCHEDULED, WorkloadState.PREEMPTED, WorkloadState.HIBERNATED),
             services.cancel_workload,
             "cancelled",
             danger=True,
@@ -147,8 +130,6 @@ WORKLOAD_ACTIONS = {
             "hibernate",
             "Hibernate",
             "Stop the notebook and free its GPUs; its files stay in your home, and Resume brings it back.",
-            lambda w: w.kind == WorkloadKind.NOTEBOOK
-            and w.state in (WorkloadState.SCHEDULED, WorkloadState.STARTING, WorkloadState.RUNNING),
             services.hibernate_notebook,
             "hibernated",
         ),
@@ -156,7 +137,6 @@ WORKLOAD_ACTIONS = {
             "resume",
             "Resume",
             "Queue the notebook again with the same settings; it opens where you left it, with your files.",
-            lambda w: w.state == WorkloadState.HIBERNATED,
             services.resume_notebook,
             "queued again",
         ),
@@ -164,7 +144,6 @@ WORKLOAD_ACTIONS = {
             "stop",
             "Stop",
             "Stop its replicas (its stop signal, then SIGKILL after the pool's grace period) and free its GPUs.",
-            lambda w: w.state in (WorkloadState.STARTING, WorkloadState.RUNNING),
             services.cancel_workload,
             "stopped",
             danger=True,
@@ -173,7 +152,6 @@ WORKLOAD_ACTIONS = {
             "restart",
             "Restart",
             "Queue it again as a new attempt with the same settings.",
-            lambda w: w.state in RESTARTABLE_STATES,
             services.restart_workload,
             "queued again",
         ),
@@ -181,7 +159,6 @@ WORKLOAD_ACTIONS = {
             "extend",
             "Keep it running",
             "It was warned as idle: keep it for another idle period (once per session).",
-            _idle_warned,
             services.extend_notebook,
             "extended",
         ),
@@ -189,11 +166,16 @@ WORKLOAD_ACTIONS = {
 }
 
 
+def _button(action: str, workload: Workload) -> str:
+    """Return the page's button for an available action: cancelling work that has started is its Stop button."""
+    return "stop" if action == "cancel" and workload.state in STARTED_STATES else action
+
+
 def offered_actions(page: Page, workload: Workload) -> list[WorkloadAction]:
-    """Return the actions the viewer may take on `workload` in its current state."""
-    if not may_manage(page, workload):
-        return []
-    return [action for action in WORKLOAD_ACTIONS.values() if action.applies(workload)]
+    """Return the buttons for the actions the viewer may take on `workload` now (`open` is the notebook link)."""
+    viewer = page.actor.user.pk if page.actor.user is not None else None
+    allowed = {_button(name, workload) for name in available_actions(workload, role=page.role, viewer_id=viewer)}
+    return [action for action in WORKLOAD_ACTIONS.values() if action.name in allowed]
 
 
 @tenant_view(Role.VIEWER)
@@ -259,7 +241,7 @@ def _workload_context(page: Page, workload: Workload) -> dict[str, Any]:
         # A notebook on its way up: its owner sees the Open JupyterLab button, inactive until Jupyter answers.
         "lab_soon": workload.kind == WorkloadKind.NOTEBOOK
         and workload.state in STEP_STATES
-        and owns_or_admins(page, workload),
+        and job_selectors.is_notebook_opener(workload, user_id=_viewer_id(page), role=page.role),
     }
 
 

@@ -92,6 +92,7 @@ def preset_initial(preset: LaunchPreset) -> dict[str, Any]:
         "replicas": preset.replicas,
         "cpu_milli": preset.cpu_milli,
         "memory_mib": preset.memory_mib,
+        "shm_mib": preset.shm_mib,
         "max_runtime_seconds": preset.max_runtime_seconds,
     }
 

@@ -1,8 +1,8 @@
 """Members and invitations: the members page, changing a member, and the page an invitation link opens.
 
 An invitation names the tenant, the role and the projects the new member
-joins; its link shows all of them with the user name, and setting the
-password signs the new member in and takes them to their tenant.
+joins; its link shows all of them with the user name. Nobody joins until
+they answer it there (tenants/services/invitations.py says why).
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth import login
-from django.contrib.auth import views as auth_views
-from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
+from django.contrib.auth.forms import SetPasswordForm
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
@@ -26,54 +28,59 @@ from frontend.views import again, attempt, message_of
 from tenants import selectors, services
 from tenants.choices import Role
 from tenants.context import Actor
-from tenants.models import Membership
+from tenants.models import Invitation, Membership
 
-# The backend that signs in someone who has just proved who they are with an invitation link.
+# The backend that signs in someone who has just made their account through an invitation link.
 _MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
 
 
-class AcceptInviteView(auth_views.PasswordResetConfirmView):
-    """Where an invited person sees what they were invited to and chooses a password, through the
-    one-time link an admin passed on; then they are signed in and on their tenant."""
+def invitation(request: HttpRequest, secret: str) -> HttpResponse:
+    """The page an invitation link opens: the inviting tenant, the role and projects, and the answer.
 
-    template_name = "frontend/accept_invite.html"
-    reset_url_token = "set-password"  # noqa: S105 -- a URL segment, not a secret
+    The same page for everyone who is not signed in, whether or not the
+    user name is taken (the inviter, who has the link too, learns nothing
+    by opening it): choose a password to create the account, or sign in as
+    it and come back. Signed in as the invited account: accept or decline.
+    A used, withdrawn, expired or made-up link names nothing.
+    """
+    found = services.open_invitation(secret)
+    if found is None:
+        return render(request, "frontend/invitation.html", {"gone": True}, status=410)
+    signed_in = request.user if request.user.is_authenticated else None
+    if signed_in is not None:
+        return _answer(request, secret, found, signed_in)
+    form = SetPasswordForm(User(username=found.username, email=found.email), request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        password = form.cleaned_data["new_password1"]
+        user = attempt(form, lambda: services.create_invited_account(secret=secret, password=password))
+        if user is not None:
+            login(request, user, backend=_MODEL_BACKEND)
+            messages.success(request, f"Welcome, {user.get_username()}: you are signed in and a member.")
+            return redirect("frontend:overview", tenant=found.tenant.slug)
+    login_url = f"{reverse('frontend:login')}?{urlencode({'next': request.path, 'username': found.username})}"
+    return render(request, "frontend/invitation.html", {"invitation": found, "form": form, "login_url": login_url})
 
-    def dispatch(self, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        response = super().dispatch(*args, **kwargs)
-        # A good link answers with a redirect to the set-password page; only a dead one renders at once.
-        if self.validlink or isinstance(response, HttpResponseRedirect):
-            return response
-        return self._used_link() or response
 
-    def _used_link(self) -> HttpResponse | None:
-        """Answer a link that no longer works: their own tenant for its owner already signed in, the login
-        page with their user name for one that carries it (see `services.invited_username`), else None."""
-        user = self.request.user
-        owner = self.get_user(self.kwargs["uidb64"])
-        if user.is_authenticated and owner is not None and user.pk == owner.pk:
+def _answer(request: HttpRequest, secret: str, found: Invitation, user: Any) -> HttpResponse:
+    """Accept or decline `found` as the signed-in `user` (a POST), or show the choice (a GET)."""
+    if request.method == "POST":
+        actor = Actor(user=user)
+        try:
+            if "decline" in request.POST:
+                services.decline_invitation(actor=actor, secret=secret)
+                messages.info(request, f"You declined the invitation to {found.tenant.name}.")
+                return redirect("frontend:home")
+            services.accept_invitation(actor=actor, secret=secret)
+        except (Conflict, ValidationError) as error:
+            messages.error(request, message_of(error))
             return redirect("frontend:home")
-        username = services.invited_username(self.request.GET.get("as", ""))
-        if username is None:
-            return None
-        messages.info(self.request, f"This invitation was already used. Log in as {username} with your password.")
-        return HttpResponseRedirect(f"{reverse('frontend:login')}?{urlencode({'username': username})}")
-
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        context = super().get_context_data(**kwargs)
-        if context.get("validlink"):
-            context["invited"] = self.user
-            context["memberships"] = selectors.invitations_of_user(self.user)
-        return context
-
-    def form_valid(self, form: Any) -> HttpResponse:
-        # The password is saved by the service (validated, audited), not by the form.
-        user = form.user
-        services.set_password(actor=Actor(user=user), user=user, password=form.cleaned_data["new_password1"])
-        del self.request.session[auth_views.INTERNAL_RESET_SESSION_TOKEN]
-        login(self.request, user, backend=_MODEL_BACKEND)
-        messages.success(self.request, f"Welcome, {user.get_username()}: your password is set and you are signed in.")
-        return redirect("frontend:home")
+        except PermissionDenied as error:
+            messages.error(request, str(error))
+            return redirect("frontend:home")
+        messages.success(request, f"You joined {found.tenant.name}.")
+        return redirect("frontend:overview", tenant=found.tenant.slug)
+    mine = user.get_username() == found.username
+    return render(request, "frontend/invitation.html", {"invitation": found, "answer": mine, "signed_in": user})
 
 
 def _project_choices() -> list[tuple[str, str]]:
@@ -89,9 +96,8 @@ def members(request: HttpRequest, page: Page) -> HttpResponse:
         form, lambda: services.invite_member(actor=page.actor, tenant=page.tenant, **form.cleaned_data)
     )
     if invitation:
-        messages.success(request, f"{invitation.membership.user.username} is now a member.")
-        if invitation.setup_path:
-            request.session["invite_link"] = request.build_absolute_uri(invitation.setup_path)
+        messages.success(request, f"{invitation.invitation.username} is invited: send them the link below.")
+        request.session["invite_link"] = request.build_absolute_uri(invitation.link_path)
         return again(request)
     rows = [
         (
@@ -104,8 +110,25 @@ def members(request: HttpRequest, page: Page) -> HttpResponse:
         )
         for m in selectors.memberships_in_scope()
     ]
-    context = {"page": page, "rows": rows, "form": form, "invite_link": request.session.pop("invite_link", None)}
+    context = {
+        "page": page,
+        "rows": rows,
+        "form": form,
+        "invited": selectors.pending_invitations_in_scope() if page.is_admin else [],
+        "now": timezone.now(),
+        "invite_link": request.session.pop("invite_link", None),
+    }
     return render(request, "frontend/members.html", context)
+
+
+@require_POST
+@tenant_view(Role.ADMIN)
+def invitation_withdraw(request: HttpRequest, page: Page, pk: int) -> HttpResponse:
+    """Withdraw a pending invitation: its link stops working."""
+    found = get_object_or_404(selectors.pending_invitations_in_scope(), pk=pk)
+    services.withdraw_invitation(actor=page.actor, invitation=found)
+    messages.success(request, f"The invitation of {found.username} is withdrawn.")
+    return redirect("frontend:members", tenant=page.tenant.slug)
 
 
 @require_POST

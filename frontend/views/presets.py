@@ -47,6 +47,7 @@ class PresetForm(forms.Form):
     replicas = _number(initial=1)
     cpu_milli = _number(initial=1000, label="CPU (millicores)")
     memory_mib = _number(initial=4096, label="Memory (MiB)")
+    shm_mib = _number(required=False, label="Shared memory (MiB)", help_text="At most the memory; empty: 64 MiB.")
     idle_timeout_seconds = _number(
         required=False, label="Idle timeout (s)", help_text="Notebooks only; empty: the tenant's default."
     )

@@ -3,9 +3,11 @@
 Who sees which volume and may change its files is
 `inventory.services.volume_access`'s; the writes are `volumes`' and
 `volume_files`' services, whose errors land on the form that caused them
-(nothing is written on an error). Uploads arrive as multipart forms, which
-Django spools to a temporary file past 2.5 MB; the file then streams into
-the volume in chunks, so memory stays flat however large it is.
+(nothing is written on an error). Uploads arrive as multipart forms whose
+body is read as it arrives (a streamed route): `frontend.uploads.RoomLimit`
+stops one as soon as it passes the volume's room, so Django spools at most
+the room (to a temporary file past 2.5 MB); the file then streams into the
+volume in chunks, so memory stays flat however large it is.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
 from common.downloads import file_download
 from common.errors import Conflict
@@ -40,8 +42,10 @@ from frontend.forms import (
     apply_service_errors,
     gib_to_bytes,
 )
+from frontend.uploads import RoomLimit
 from inventory.choices import VolumeKind
 from inventory.models import Volume
+from inventory.selectors import storage_use
 from inventory.services import volume_access, volume_files, volumes
 from inventory.services.volume_access import Rights, rights_by_volume, visible_volumes
 from tenants import services as tenant_services
@@ -158,20 +162,14 @@ def _use(used: int, limit: int | None) -> dict[str, Any]:
 def _storage_context(page: Page) -> dict[str, Any]:
     shown = list(visible_volumes(page.actor, page.tenant))
     rights = rights_by_volume(page.actor, page.tenant, shown)
-    all_volumes = Volume.all_tenants.filter(tenant=page.tenant)
-    used_by_project = dict(
-        all_volumes.exclude(project=None).values_list("project").annotate(total=Sum("used_bytes")).order_by()
-    )
-    tenant_used = all_volumes.aggregate(total=Sum("used_bytes"))["total"] or 0
-    projects = [
-        (p, _use(used_by_project.get(p.pk, 0), p.storage_limit_bytes)) for p in Project.objects.order_by("slug")
-    ]
+    use = storage_use(page.tenant.pk)
+    projects = [(p, _use(use.of_project(p.pk), p.storage_limit_bytes)) for p in Project.objects.order_by("slug")]
     user = page.actor.user
     return {
         "rows": [
             (v, volume_access.mount_target(v), _use(v.used_bytes, v.size_limit_bytes), rights.get(v.pk)) for v in shown
         ],
-        "tenant_use": _use(tenant_used, page.tenant.storage_limit_bytes),
+        "tenant_use": _use(use.total, page.tenant.storage_limit_bytes),
         "project_use": projects,
         "has_home": user is not None and any(v.kind == VolumeKind.HOME and v.owner_id == user.pk for v in shown),
     }
@@ -194,12 +192,36 @@ def _page_number(request: HttpRequest) -> int:
     return int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) <= 10**6 else 1
 
 
+# CSRF is checked inside (csrf_protect below): the middleware would read request.POST, parsing the upload with
+# Django's handlers alone, before the view could put RoomLimit in front of them (Django's documented pattern).
+@csrf_exempt
 @tenant_view(Role.VIEWER)
 def volume(request: HttpRequest, page: Page, pk: int) -> HttpResponse:
     """A volume's folder `?path=`, 200 entries a page; uploads, new folders, deletes; (admins) sharing and limits."""
     target, rights = _visible(page, pk)
+    return _volume_page(request, page, target, rights, _limit_upload(request, target))
+
+
+def _limit_upload(request: HttpRequest, target: Volume) -> RoomLimit | None:
+    """Put a RoomLimit first among a multipart post's upload handlers; return it (None for other requests).
+
+    The folder is the page's `?path=` (the form posts back to it): the post's own fields are not read yet.
+    """
+    if request.method != "POST" or request.content_type != "multipart/form-data":
+        return None
+    limit = RoomLimit(request, target, request.GET.get("path", ""))
+    request.upload_handlers = [limit, *request.upload_handlers]
+    return limit
+
+
+@csrf_protect
+def _volume_page(
+    request: HttpRequest, page: Page, target: Volume, rights: Rights, limit: RoomLimit | None
+) -> HttpResponse:
     folder = _folder(request)
     action = request.POST.get("action", "") if request.method == "POST" else ""
+    if limit is not None and limit.refused is not None:
+        return _refused_upload(request, page, target, rights, folder, limit.refused)
     forms_ = _volume_forms(request, target, action)
     if action in forms_ and forms_[action].is_valid():
         if _attempt(forms_[action], lambda: FILE_ACTIONS[action](page, target, folder, forms_[action])):
@@ -207,6 +229,18 @@ def volume(request: HttpRequest, page: Page, pk: int) -> HttpResponse:
             return _back(page, target, folder if action != "delete_volume" else None)
     elif action and action not in forms_:
         return HttpResponse("No such action.", status=400)
+    return render(request, "frontend/volume.html", _volume_context(request, page, target, rights, folder, forms_))
+
+
+def _refused_upload(
+    request: HttpRequest, page: Page, target: Volume, rights: Rights, folder: str, refused: ValidationError
+) -> HttpResponse:
+    """The page with the upload form showing why RoomLimit stopped the upload (nothing was written)."""
+    forms_ = _volume_forms(request, target, "upload")
+    upload = forms_["upload"]
+    upload.is_valid()  # binds it; its own complaint (no file arrived) gives way to the real reason
+    upload.errors.clear()
+    apply_service_errors(upload, refused)
     return render(request, "frontend/volume.html", _volume_context(request, page, target, rights, folder, forms_))
 
 

@@ -4,7 +4,7 @@ A job finds `GPUCLOUD_CHECKPOINT_DIR` in its environment; whatever it writes
 there is its checkpoint. The node's agent looks at that directory on its own
 disk (every backend a replica mounts is mounted on its node, a node-local
 one included) every `AgentConfig.checkpoint_seconds` while the replica
-runs, and reports each newer file time as `jobs.replica_checkpointed`. The
+runs, and reports each newer file time (`ReplicaCheckpointed`). The
 controller keeps only a time newer than the one it has, so a report sent
 twice, or again after the agent restarted, changes nothing.
 """
@@ -16,16 +16,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from common.protocol.messages import ReplicaCheckpointed
+from common.protocol.wire import Message
 from inventory.agent.replicas import ReplicaRef
 from inventory.drivers.storage import newest_file_time
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_TASK = "jobs.replica_checkpointed"
-
 
 def watch_checkpoints(
-    report: Callable[..., None], ref: ReplicaRef, directory: str, *, every: float, done: threading.Event
+    report: Callable[[Message], None], ref: ReplicaRef, directory: str, *, every: float, done: threading.Event
 ) -> None:
     """Report each newer file time below `directory` (epoch seconds as `at`) until `done` is set; blocks.
 
@@ -38,7 +38,7 @@ def watch_checkpoints(
         newest = _newest(directory)
         if newest is not None and (last is None or newest > last):
             try:
-                report(CHECKPOINT_TASK, **ref.ids(), at=newest)
+                report(ReplicaCheckpointed(**ref.ids(), at=newest))
                 last = newest
             except Exception:  # the broker is away: the next look reports it again
                 log.warning("the checkpoint of %s could not be reported", ref.name, exc_info=True)

@@ -15,6 +15,10 @@ class AgentConfig:
     `publish_address` is the IP address the Docker runtime publishes
     workloads' service ports on: one the console's proxy can reach.
     `checkpoint_seconds`: how often running jobs' checkpoint directories are looked at.
+    `egress_rules`: whether the agent installs and keeps the egress rules of
+    workload bridges (`inventory.drivers.egress`), with `egress_allowed`
+    (`CIDR:PORT`) let through; off for agents built in tests, on for every
+    agent the environment describes unless GPUCLOUD_AGENT_EGRESS is off.
     """
 
     node: str
@@ -29,6 +33,8 @@ class AgentConfig:
     sample_seconds: float = 1.0
     heartbeat_seconds: float = 5.0
     checkpoint_seconds: float = 15.0
+    egress_rules: bool = False
+    egress_allowed: tuple[str, ...] = ()
 
 
 def config_from_settings(node: str | None = None, **overrides: object) -> AgentConfig:
@@ -44,6 +50,8 @@ def config_from_settings(node: str | None = None, **overrides: object) -> AgentC
         "sample_seconds": float(settings.GPU_SAMPLE_SECONDS),
         "heartbeat_seconds": float(settings.NODE_HEARTBEAT_SECONDS),
         "checkpoint_seconds": float(settings.CHECKPOINT_SCAN_SECONDS),
+        "egress_rules": settings.GPUCLOUD_AGENT_EGRESS,
+        "egress_allowed": tuple(settings.GPUCLOUD_EGRESS_ALLOWED),
     }
     values.update(overrides)
     return AgentConfig(**values)  # type: ignore[arg-type]  # keys checked by the dataclass itself

@@ -1,8 +1,9 @@
 """The agent's side of execution: start, watch and stop replicas through the node's runtime.
 
-The controller sends JSON messages (`jobs.services.execution.replica_spec`,
-`jobs.services.stopping.stop_message`); this module turns them into driver
-calls and reports back with tasks on the `control` queue:
+The controller sends protocol messages (`common.protocol.messages`:
+`StartReplica`, `StopReplica`, `WatchReplica`, decoded by the tasks in
+`inventory.agent.tasks`); this module turns them into driver calls and
+reports back with messages of that module, as tasks on the `control` queue:
 
 - `jobs.replica_pulling` while the runtime pulls the replica's image as
   part of its start (about once a second, and when the pull is done; see
@@ -38,6 +39,15 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from common.protocol.messages import (
+    Reconcile,
+    ReplicaExited,
+    ReplicaSpec,
+    ReplicaStarted,
+    StopReplica,
+    WatchReplica,
+)
+from common.protocol.wire import Message
 from inventory.agent.config import AgentConfig, active_config, config_from_settings
 from inventory.agent.outages import OUTPUT_GAP_NOTE, RECOVERY_POLL_SECONDS, RuntimeOutages
 from inventory.agent.outbox import OUTBOX_CAPACITY, REPORT_PUBLISH_RETRY, SHIP_SECONDS, LogOutbox, report
@@ -48,6 +58,7 @@ from inventory.drivers import make_runtime
 from inventory.drivers.base import (
     DriverError,
     Handle,
+    Ownership,
     RemovableRuntime,
     Runtime,
     TransientDriverError,
@@ -103,11 +114,11 @@ class Executor:
         config = self._config or active_config() or config_from_settings()
         return config.checkpoint_seconds
 
-    def report(self, task: str, **kwargs: Any) -> None:
+    def report(self, message: Message) -> None:
         """Send one report to the controller, after the log batches and pull reports waiting before it."""
         self.outbox.flush()
         self.pulls.flush()
-        self._send(task, **kwargs)
+        self._send(message.TASK, **message.to_wire())
 
     def runtime(self, kind: str, node: str) -> Runtime:
         """Return (and keep) the runtime of `kind` for `node`."""
@@ -141,7 +152,7 @@ class Executor:
     def _await_runtime(self, kind: str, node: str) -> None:
         self._outages.wait_out(kind, node, self.runtime(kind, node))
         log.info("the %s runtime of %s answers again: asking for a reconcile", kind, node)
-        self.report("jobs.reconcile")
+        self.report(Reconcile())
 
     def recovering(self, kind: str, node: str) -> bool:
         """Whether an outage of that runtime is being waited out now."""
@@ -153,7 +164,7 @@ class Executor:
 
     # --- start ---------------------------------------------------------------
 
-    def start(self, spec: dict[str, Any]) -> None:
+    def start(self, spec: ReplicaSpec) -> None:
         """Start (or adopt) the replica `spec` describes, report it, and watch it until it ends.
 
         A start of a replica this agent is already starting is a no-op (the
@@ -161,7 +172,7 @@ class Executor:
         """
         ref = ReplicaRef.from_message(spec)
         if self._was_stopped(ref.name):
-            self.report("jobs.replica_exited", **ref.ids(), exit_code=None, message="Stopped before it started.")
+            self.report(ReplicaExited(**ref.ids(), exit_code=None, message="Stopped before it started."))
             return
         with self._lock:
             if ref.name in self._starting:
@@ -173,7 +184,7 @@ class Executor:
             with self._lock:
                 self._starting.discard(ref.name)
 
-    def _start(self, ref: ReplicaRef, spec: dict[str, Any]) -> None:
+    def _start(self, ref: ReplicaRef, spec: ReplicaSpec) -> None:
         runtime = self.runtime(ref.runtime, ref.node)
         try:
             handle = runtime.start(driver_spec(spec), timeout=START_TIMEOUT, on_pull=self.pulls.listener(ref))
@@ -190,32 +201,31 @@ class Executor:
             # A permanent refusal (bad image, refused spec) will not improve: the controller decides
             # (fail the gang), not a retry loop here.
             log.warning("starting %s failed: %s", ref.name, error, exc_info=not isinstance(error, DriverError))
-            self.report("jobs.replica_exited", **ref.ids(), exit_code=None, message=str(error), launch_failed=True)
+            self.report(ReplicaExited(**ref.ids(), exit_code=None, message=str(error), launch_failed=True))
             return
         self.watch_handle(
             ref,
             handle,
             log_cursor="",
-            ready_path=spec.get("ready_path") or "",
-            secret=spec.get("secret") or "",
-            checkpoint_dir=spec.get("checkpoint_dir") or "",
+            ready_path=spec.ready_path,
+            secret=spec.secret,
+            checkpoint_dir=spec.checkpoint_dir,
         )
 
-    def watch(self, message: dict[str, Any]) -> None:
+    def watch(self, message: WatchReplica) -> None:
         """Watch a replica the controller believes runs (reconcile), resuming its output at `log_cursor`."""
         ref = ReplicaRef.from_message(message)
-        handle = message.get("handle") or {}
-        if not handle:
+        if not message.handle:
             return
         self.watch_handle(
             ref,
-            handle,
-            log_cursor=message.get("log_cursor") or "",
-            ready_path=message.get("ready_path") or "",
-            secret=message.get("secret") or "",
-            report_start=bool(message.get("report_start", True)),
-            resend=bool(message.get("resend", False)),
-            checkpoint_dir=message.get("checkpoint_dir") or "",
+            message.handle,
+            log_cursor=message.log_cursor,
+            ready_path=message.ready_path,
+            secret=message.secret,
+            report_start=message.report_start,
+            resend=message.resend,
+            checkpoint_dir=message.checkpoint_dir,
         )
 
     def watch_handle(
@@ -254,7 +264,7 @@ class Executor:
                 self._watchers[ref.name] = thread
                 self._followers[ref.name] = watcher
         if (thread is not None and not resend) or report_start:
-            self.report("jobs.replica_started", **ref.ids(), handle=handle, endpoint=str(handle.get("endpoint") or ""))
+            self.report(ReplicaStarted(**ref.ids(), handle=handle, endpoint=str(handle.get("endpoint") or "")))
         if thread is not None:
             thread.start()
 
@@ -267,7 +277,7 @@ class Executor:
 
     # --- stop ------------------------------------------------------------------
 
-    def stop(self, message: dict[str, Any]) -> None:
+    def stop(self, message: StopReplica) -> None:
         """Stop the replica (SIGTERM, grace, SIGKILL), remove it if asked, and report its exit.
 
         A stop that says the replica `ended` (the controller holds its exit
@@ -277,23 +287,20 @@ class Executor:
         ref = ReplicaRef.from_message(message)
         self._remember_stop(ref.name)
         runtime = self.runtime(ref.runtime, ref.node)
-        handle = message.get("handle") or self._find(runtime, ref.name)
-        report = message.get("ended") is not True
+        owner = message.installation
+        handle = message.handle or self._find(runtime, ref.name, owner=(owner, ref.node) if owner else None)
+        report = not message.ended
         if not handle:
             if report:
-                self.report(
-                    "jobs.replica_exited", **ref.ids(), exit_code=None, message="It was not running on the node."
-                )
+                self.report(ReplicaExited(**ref.ids(), exit_code=None, message="It was not running on the node."))
             return
-        status = runtime.stop(handle, grace_seconds=float(message.get("grace_seconds", 30)), timeout=CALL_TIMEOUT)
+        status = runtime.stop(handle, grace_seconds=message.grace_seconds, timeout=CALL_TIMEOUT)
         watcher = self._watchers.get(ref.name)
         if watcher is not None and watcher.is_alive():
             watcher.join(timeout=10)  # lets the watcher ship the last lines and report the exit itself
         if report:
-            self.report(
-                "jobs.replica_exited", **ref.ids(), exit_code=status.exit_code, message=status.message or "Stopped."
-            )
-        if message.get("remove") and isinstance(runtime, RemovableRuntime):
+            self.report(ReplicaExited(**ref.ids(), exit_code=status.exit_code, message=status.message or "Stopped."))
+        if message.remove and isinstance(runtime, RemovableRuntime):
             runtime.remove(handle, timeout=CALL_TIMEOUT)
 
     def _find_quietly(self, runtime: Runtime, name: str) -> Handle:
@@ -303,9 +310,13 @@ class Executor:
         except DriverError:
             return {}
 
-    def _find(self, runtime: Runtime, name: str) -> Handle:
+    def _find(self, runtime: Runtime, name: str, *, owner: tuple[str, str] | None = None) -> Handle:
+        """Return the handle of `name`; with `owner` (installation, node), only of a workload that owner started.
+
+        A same-named container of another console or node is not ours to stop.
+        """
         for managed in runtime.list_managed(timeout=CALL_TIMEOUT):
-            if managed.name == name:
+            if managed.name == name and (owner is None or managed.owner(*owner) is Ownership.OWN):
                 return managed.handle
         return {}
 
@@ -322,7 +333,13 @@ class Executor:
     # --- reconcile -------------------------------------------------------------
 
     def inventory_report(
-        self, *, node: str, runtime: str, confirmed: list[str], launched: list[str] | None = None
+        self,
+        *,
+        node: str,
+        runtime: str,
+        confirmed: list[str],
+        launched: list[str] | None = None,
+        installation: str = "",
     ) -> dict[str, Any]:
         """Return the node's own view for reconcile (`jobs.node_replicas` arguments), taken now.
 
@@ -335,11 +352,13 @@ class Executor:
         `unstarted`: those of `launched` (replicas whose start the controller
         sent before it asked) that this agent is not starting, the only ones
         the controller sends again; given only when the controller named
-        `launched` (older controllers did not).
+        `launched` (older controllers did not). With `installation` (the
+        asking console's id), `managed` holds only what that installation
+        started for `node`, and those recording no owner (see `inventory`).
         """
         with self._lock:
             starting = sorted(self._starting)
-        managed = self.inventory(node=node, runtime=runtime)
+        managed = self.inventory(node=node, runtime=runtime, installation=installation)
         present = {item["name"] for item in managed} | set(starting)
         gone = [name for name in confirmed if name not in present]
         report = {"node": node, "managed": managed, "starting": starting, "gone": gone}
@@ -347,8 +366,18 @@ class Executor:
             report["unstarted"] = [name for name in launched if name not in starting]
         return report
 
-    def inventory(self, *, node: str, runtime: str) -> list[dict[str, Any]]:
-        """Return every replica the node's runtime manages, as JSON for `jobs.node_replicas`."""
+    def inventory(self, *, node: str, runtime: str, installation: str = "") -> list[dict[str, Any]]:
+        """Return the replicas the node's runtime manages, as JSON for `jobs.node_replicas`.
+
+        With `installation`, a replica another installation or another node
+        started (two nodes, or two consoles, on one engine) is left out: it
+        is not this node's to report, watch or stop. One recording no owner
+        (started before owners were recorded) is listed with empty
+        `installation` and `node`, and the controller leaves it alone.
+        """
+        listed = self.runtime(runtime, node).list_managed(timeout=CALL_TIMEOUT)
+        if installation:
+            listed = [m for m in listed if m.owner(installation, node) is not Ownership.FOREIGN]
         return [
             {
                 "name": m.name,
@@ -357,8 +386,10 @@ class Executor:
                 "replica": m.replica,
                 "state": m.state,
                 "handle": m.handle,
+                "installation": m.installation,
+                "node": m.node,
             }
-            for m in self.runtime(runtime, node).list_managed(timeout=CALL_TIMEOUT)
+            for m in listed
         ]
 
 

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from common.protocol.messages import LogBatches
+
 log = logging.getLogger(__name__)
 
 # A busy node's log batches leave together at most this often (a quiet node's at once).
@@ -64,7 +66,7 @@ class LogOutbox:
         self._thread: threading.Thread | None = None
 
     def put(self, batch: dict[str, Any]) -> None:
-        """Queue one chained batch (`jobs.ingest_logs` arguments) for the next send."""
+        """Queue one chained batch (a `LogBatch` in its wire form) for the next send."""
         with self._lock:
             if len(self._pending) >= OUTBOX_CAPACITY:
                 log.warning("log outbox full: a batch of %s lines is dropped", len(batch.get("lines") or []))
@@ -81,7 +83,7 @@ class LogOutbox:
             if not self._pending:
                 return
             try:
-                self._send("jobs.ingest_log_batches", batches=self._pending)
+                self._send(LogBatches.TASK, batches=self._pending)
             except Exception:
                 log.exception("sending %d log batches failed; they are kept for the next attempt", len(self._pending))
                 return

@@ -82,6 +82,7 @@ def probe_node(request: dict[str, Any], config: AgentConfig | None) -> dict[str,
     try:
         status = run_health_check(
             runtime,
+            installation=str(request.get("installation") or ""),
             image=str(check.get("image", "")),
             command=[str(part) for part in check.get("command") or ["true"]],
             gpu_uuids=[gpu.uuid for gpu in inventory.gpus],

@@ -22,17 +22,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from common.protocol.messages import ReplicaPulling
 from inventory.agent.replicas import ReplicaRef
 from inventory.drivers.base import PullListener, PullProgress
 
 log = logging.getLogger(__name__)
 
-PULL_TASK = "jobs.replica_pulling"
+PULL_TASK = ReplicaPulling.TASK
 
 
 def pull_report(ref: ReplicaRef, progress: PullProgress) -> dict[str, Any]:
-    """Return the arguments of the `jobs.replica_pulling` report of `progress` for replica `ref`."""
-    return {**ref.ids(), **dataclasses.asdict(progress)}
+    """Return the wire form of the `ReplicaPulling` report of `progress` for replica `ref`."""
+    return ReplicaPulling(**ref.ids(), **dataclasses.asdict(progress)).to_wire()
 
 
 class PullReports:

@@ -1,21 +1,47 @@
 """A replica as the agent's runtime calls see it: which one a message names, and what to run.
 
-The controller's JSON messages (`jobs.services.execution.replica_spec`,
-`jobs.services.stopping.stop_message`) become a `ReplicaRef` (where reports
-about the replica go) and, for a start, the driver's `WorkloadSpec`
+The controller's protocol messages (`common.protocol.messages`: a start's
+`ReplicaSpec`, `StopReplica`, `WatchReplica`) become a `ReplicaRef` (where
+reports about the replica go) and, for a start, the driver's `WorkloadSpec`
 (`driver_spec`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, TypedDict
 
+from common.protocol.messages import RESOURCE_FIELDS, MountSpec, ReplicaSpec
 from inventory.drivers.base import Mount, Resources, RunAs, WorkloadSpec
 
 # How long a runtime call about a replica (poll, stop, list, remove) may take; starts and log follows have
 # their own, longer limits.
 CALL_TIMEOUT = 30.0
+
+
+class ReplicaIds(TypedDict):
+    """The three numbers that name a replica in every report about it."""
+
+    workload_id: int
+    attempt: int
+    replica: int
+
+
+class NamesReplica(Protocol):
+    """A message about one replica: a start's spec, a stop, a watch."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def runtime(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def workload_id(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def replica(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -30,69 +56,57 @@ class ReplicaRef:
     replica: int
 
     @classmethod
-    def from_message(cls, message: dict[str, Any]) -> ReplicaRef:
+    def from_message(cls, message: NamesReplica) -> ReplicaRef:
+        """Return the replica `message` names."""
         return cls(
-            node=str(message["node"]),
-            runtime=str(message["runtime"]),
-            name=str(message["name"]),
-            workload_id=int(message["workload_id"]),
-            attempt=int(message["attempt"]),
-            replica=int(message["replica"]),
+            node=message.node,
+            runtime=message.runtime,
+            name=message.name,
+            workload_id=message.workload_id,
+            attempt=message.attempt,
+            replica=message.replica,
         )
 
-    def ids(self) -> dict[str, int]:
+    def ids(self) -> ReplicaIds:
         return {"workload_id": self.workload_id, "attempt": self.attempt, "replica": self.replica}
 
 
-def driver_spec(spec: dict[str, Any]) -> WorkloadSpec:
-    """Return the driver's `WorkloadSpec` for the controller's JSON `spec`, with its volumes and user.
-
-    Besides what it runs: `"mounts"` (a list of `{"source",
-    "target", "read_only", "root", "marker", "uid", "gid", "mode"}`),
-    `"run_as"` (`{"uid", "gid", "groups"}` or null), `"workdir"` and
-    `"stop_signal"`, and `"gang_across_hosts"` (true for a replica of a gang
-    spread over hosts). An absent key keeps the old behaviour (no mounts,
-    the runtime's user, the image's directory, SIGTERM, the tenant's
-    network). Raises KeyError, TypeError or ValueError for a malformed
-    entry; the runtime's
-    `sandbox.check_sandbox` judges the values.
-    """
-    run_as = spec.get("run_as")
+def driver_spec(spec: ReplicaSpec) -> WorkloadSpec:
+    """Return the driver's `WorkloadSpec` for the controller's start `spec` (decoded and checked already);
+    the runtime's `sandbox.check_sandbox` judges the values."""
+    run_as = spec.run_as
     return WorkloadSpec(
-        name=str(spec["name"]),
-        workload_id=str(spec["workload_id"]),
-        tenant=str(spec["tenant"]),
-        attempt=int(spec["attempt"]),
-        image=str(spec["image"]),
-        command=[str(part) for part in spec.get("command") or []],
-        env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
-        gpu_uuids=[str(u) for u in spec.get("gpu_uuids") or []],
-        resources=Resources(cpus=float(spec.get("cpus", 1.0)), memory_mb=int(spec.get("memory_mb", 1024))),
-        replica=int(spec.get("replica", 0)),
-        service_port=spec.get("service_port"),
-        service_port_env=str(spec.get("service_port_env") or ""),
-        mounts=tuple(_mount(entry) for entry in spec.get("mounts") or ()),
-        run_as=RunAs(int(run_as["uid"]), int(run_as["gid"]), tuple(int(g) for g in run_as.get("groups") or ()))
-        if run_as
-        else None,
-        workdir=str(spec.get("workdir") or ""),
-        stop_signal=str(spec.get("stop_signal") or "SIGTERM"),
-        gang_across_hosts=spec.get("gang_across_hosts") is True,
+        name=spec.name,
+        workload_id=str(spec.workload_id),  # the driver names and labels by it
+        tenant=spec.tenant,
+        attempt=spec.attempt,
+        image=spec.image,
+        command=list(spec.command),
+        env=dict(spec.env),
+        gpu_uuids=list(spec.gpu_uuids),
+        resources=Resources(**{name: getattr(spec, name) for name in RESOURCE_FIELDS}),
+        replica=spec.replica,
+        service_port=spec.service_port,
+        service_port_env=spec.service_port_env,
+        mounts=tuple(_mount(entry) for entry in spec.mounts),
+        run_as=RunAs(run_as.uid, run_as.gid, tuple(run_as.groups)) if run_as is not None else None,
+        workdir=spec.workdir,
+        stop_signal=spec.stop_signal,
+        gang_across_hosts=spec.gang_across_hosts,
+        installation=spec.installation,
+        node=spec.node,
     )
 
 
-def _mount(entry: dict[str, Any]) -> Mount:
-    def number(key: str) -> int | None:
-        return None if entry.get(key) is None else int(entry[key])
-
+def _mount(entry: MountSpec) -> Mount:
     return Mount(
-        source=str(entry["source"]),
-        target=str(entry["target"]),
-        read_only=bool(entry.get("read_only", False)),  # anything but false/absent errs on the safe side
-        root=str(entry.get("root") or ""),
-        marker=str(entry.get("marker") or ""),
-        uid=number("uid"),
-        gid=number("gid"),
-        mode=number("mode"),
-        subdirs=tuple(str(rel) for rel in entry.get("subdirs") or ()),
+        source=entry.source,
+        target=entry.target,
+        read_only=entry.read_only,
+        root=entry.root,
+        marker=entry.marker,
+        uid=entry.uid,
+        gid=entry.gid,
+        mode=entry.mode,
+        subdirs=tuple(entry.subdirs),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from inventory.agent.config import AgentConfig, activate
+from inventory.agent.egress import keep_egress
 from inventory.agent.probe import simulated_probe
 from inventory.agent.reporter import Reporter
 from inventory.agent.transport import publish_samples, send_report_to_controller
@@ -21,8 +22,10 @@ def probe_for(config: AgentConfig) -> GpuProbe:
 
 
 def start_reporter(config: AgentConfig) -> tuple[Reporter, threading.Thread]:
-    """Activate `config` for this process's agent tasks and start the sampler and heartbeat thread."""
+    """Activate `config` for this process's agent tasks, install its egress rules, and start the sampler and
+    heartbeat thread."""
     activate(config)
+    keep_egress(config)
     reporter = Reporter(
         node=config.node,
         probe=probe_for(config),

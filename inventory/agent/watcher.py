@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING
 
+from common.protocol.messages import ReplicaExited, ReplicaReady
 from inventory.agent.checkpoints import checkpoint_thread
 from inventory.agent.outages import OUTPUT_GAP_NOTE
 from inventory.agent.replicas import CALL_TIMEOUT, ReplicaRef
@@ -88,16 +89,16 @@ class Watcher:
             message = status.message or ("" if status.state == "exited" else "Its container is gone.")
             if self.executor.ended_unheard(self.ref.runtime, self.ref.node, status.finished_at):
                 message = f"{message} {OUTPUT_GAP_NOTE}".strip()
-            # A run its runtime lost track of (`unobserved`) ended in a way nobody knows: the controller runs
-            # it again as a new attempt rather than calling it failed.
-            lost = {"unobserved": True} if status.unobserved else {}
             self.executor.report(
-                "jobs.replica_exited",
-                **self.ref.ids(),
-                exit_code=status.exit_code,
-                message=message,
-                log_cursor=self.cursor,  # where its output ends: the controller checks it stored all of it
-                **lost,
+                ReplicaExited(
+                    **self.ref.ids(),
+                    exit_code=status.exit_code,
+                    message=message,
+                    log_cursor=self.cursor,  # where its output ends: the controller checks it stored all of it
+                    # A run its runtime lost track of ended in a way nobody knows: the controller runs it
+                    # again as a new attempt rather than calling it failed.
+                    unobserved=status.unobserved,
+                )
             )
 
     def _read(self, runtime: Runtime) -> None:
@@ -170,7 +171,7 @@ class Watcher:
             try:
                 with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310 -- our own endpoint
                     if response.status == 200:
-                        self.executor.report("jobs.replica_ready", **self.ref.ids())
+                        self.executor.report(ReplicaReady(**self.ref.ids()))
                         return
             except (urllib.error.URLError, OSError, ValueError):
                 pass

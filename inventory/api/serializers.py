@@ -95,7 +95,7 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = [
             "name", "pool", "kind", "runtime", "simulated", "isolated", "address", "labels", "cpu_cores",
-            "memory_mb", "simulated_gpu_count", "simulated_gpu_model", "state", "state_reason", "state_changed_at",
+            "memory_mib", "simulated_gpu_count", "simulated_gpu_model", "state", "state_reason", "state_changed_at",
             "agent_queue", "last_heartbeat_at", "agent_version", "engine_version", "runc_version",
             "nvidia_driver_version", "cuda_version", "toolkit_version", "nvidia_runtime", "device_requests",
             "swarm", "swarm_manager", "probed_at", "gpu_count", "failed_gpu_count", "created_at", "updated_at",
@@ -140,7 +140,7 @@ class NodeCreateSerializer(serializers.Serializer):
     address = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
     labels = serializers.DictField(child=serializers.CharField(max_length=255, allow_blank=True), required=False)
     cpu_cores = Integer(min_value=0, max_value=100_000, required=False, default=0)
-    memory_mb = Integer(min_value=0, max_value=1 << 40, required=False, default=0)
+    memory_mib = Integer(min_value=0, max_value=1 << 40, required=False, default=0)
     simulated_gpu_count = Integer(min_value=0, max_value=64, required=False, default=0)
     simulated_gpu_model = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
 
@@ -161,7 +161,7 @@ class GpuSerializer(serializers.ModelSerializer):
     class Meta:
         model = Gpu
         fields = [
-            "node", "index", "uuid", "model", "memory_mb", "mig_mode", "health", "health_reason",
+            "node", "index", "uuid", "model", "memory_mib", "mig_mode", "health", "health_reason",
             "health_changed_at", "utilization", "memory_used_mb", "last_sample", "last_sample_at",
         ]  # fmt: skip
         read_only_fields = fields

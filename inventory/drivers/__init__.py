@@ -7,6 +7,9 @@ A small registry picks an implementation by the kind stored on a node:
 - GPU probes: `nvml` (real hosts; reports no GPUs where NVML is absent)
   and `simulated`.
 
+Each technology is a package (`docker`, `process`, `simulated`,
+`storage`, `nvml`) whose `__init__` is its public surface; its
+`_`-modules are its own (import-linter contracts in pyproject.toml).
 Implementations are imported when first asked for, so importing this
 package stays cheap (the process supervisor imports it on every start).
 """
@@ -46,11 +49,11 @@ def make_runtime(
     wildcard or a name).
     """
     if kind == "docker":
-        from inventory.drivers.docker_runtime import DockerRuntime
+        from inventory.drivers.docker import DockerRuntime
 
         return DockerRuntime(docker_url, pull_images=pull_images, publish_address=publish_address)
     if kind == "process":
-        from inventory.drivers.process_runtime import ProcessRuntime
+        from inventory.drivers.process import ProcessRuntime
 
         return ProcessRuntime(work_dir, process_enabled)
     if kind == "simulated":
@@ -67,7 +70,7 @@ def make_probe(kind: str, *, node_name: str, gpu_count: int = 8, model: str = DE
     probe: keep one per node to keep a simulated probe's injected faults.
     """
     if kind == "nvml":
-        from inventory.drivers.nvml_probe import NvmlProbe
+        from inventory.drivers.nvml import NvmlProbe
 
         return NvmlProbe()
     if kind == "simulated":

@@ -20,6 +20,7 @@ runtime starts anything, and seen inside the sandbox at `target`.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -32,7 +33,6 @@ DEFAULT_TIMEOUT = 30.0
 
 WorkloadState = Literal["created", "running", "exited", "missing"]
 Stream = Literal["stdout", "stderr"]
-GpuHealthLevel = Literal["ok", "degraded", "failed"]
 
 
 class DriverError(Exception):
@@ -69,10 +69,16 @@ class DriverTimeout(TransientDriverError):
 
 @dataclass(frozen=True)
 class Resources:
-    """Limits of one container or process: CPUs (fractional), memory, process count."""
+    """Limits of one container or process: CPU in thousandths of a core, memory and `/dev/shm` in MiB, process count.
 
-    cpus: float = 1.0
-    memory_mb: int = 1024
+    The names and units are the workload's own (`Workload.cpu_milli`, `memory_mib`, `shm_mib`), from the API
+    to here. `shm_mib` None keeps the runtime's default (Docker's 64 MiB); the process runtime enforces none
+    of these: its processes share the host's memory and `/dev/shm`.
+    """
+
+    cpu_milli: int = 1000
+    memory_mib: int = 1024
+    shm_mib: int | None = None
     pids: int = 1024
 
 
@@ -146,6 +152,11 @@ class WorkloadSpec:
     more than one host: an isolating runtime puts it on a network of that
     gang alone that spans the hosts (docker: a swarm overlay, see
     docs/gangs.md), where the other replicas reach it by its name.
+
+    `installation` and `node` say whose it is: the console installation
+    that asked for it and the node it runs for (`policy.owner_labels`);
+    a runtime records them with the workload and `list_managed` reports
+    them, so a reconcile touches only its own ("": unrecorded).
     """
 
     name: str
@@ -166,6 +177,8 @@ class WorkloadSpec:
     workdir: str = ""
     stop_signal: str = "SIGTERM"
     gang_across_hosts: bool = False
+    installation: str = ""
+    node: str = ""
 
 
 def endpoint_url(host: str, port: int) -> str:
@@ -207,7 +220,11 @@ class LogLine:
 
 @dataclass(frozen=True)
 class ManagedWorkload:
-    """A workload the runtime manages, as listed for reconciliation."""
+    """A workload the runtime manages, as listed for reconciliation.
+
+    `installation` and `node` are the owner recorded when it started ("" for
+    one started before owners were recorded: `owner` is then LEGACY).
+    """
 
     name: str
     workload_id: str
@@ -216,6 +233,24 @@ class ManagedWorkload:
     replica: int
     state: WorkloadState
     handle: Handle
+    installation: str = ""
+    node: str = ""
+
+    def owner(self, installation: str, node: str) -> Ownership:
+        """Return whether this workload is that installation's node's (OWN), another's (FOREIGN) or unrecorded."""
+        if not self.installation or not self.node:
+            return Ownership.LEGACY
+        if (self.installation, self.node) == (installation, node):
+            return Ownership.OWN
+        return Ownership.FOREIGN
+
+
+class Ownership(enum.Enum):
+    """Whose a listed workload is, as seen by one installation's node (`ManagedWorkload.owner`)."""
+
+    OWN = "own"
+    FOREIGN = "foreign"
+    LEGACY = "legacy"
 
 
 @dataclass(frozen=True)
@@ -230,10 +265,10 @@ class RuntimeInfo:
     nvidia_runtime: bool = False
     device_requests: bool = False
     toolkit_version: str | None = None
-    cpus: int | None = None
-    memory_mb: int | None = None
+    cpu_cores: int | None = None
+    memory_mib: int | None = None
     # The Docker swarm the engine is in ("" for none, or another runtime): its key (the same on every member, see
-    # docker_gangs.swarm_of) and whether the engine is a manager. Gangs across hosts need one (docs/gangs.md).
+    # docker._gangs.swarm_of) and whether the engine is a manager. Gangs across hosts need one (docs/gangs.md).
     swarm: str = ""
     swarm_manager: bool = False
 
@@ -332,7 +367,7 @@ class GpuInfo:
     index: int
     uuid: str
     model: str
-    memory_mb: int
+    memory_mib: int
     mig_mode: Literal["disabled", "enabled", "unsupported"] = "unsupported"
 
 

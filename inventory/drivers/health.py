@@ -32,12 +32,13 @@ so that a slow engine on a busy host is not mistaken for a check that overran.""
 
 
 def run_health_check(
-    runtime: Runtime, *, image: str, command: list[str], gpu_uuids: list[str], timeout: float
+    runtime: Runtime, *, installation: str, image: str, command: list[str], gpu_uuids: list[str], timeout: float
 ) -> WorkloadStatus:
     """Run `command` in `image` with `gpu_uuids` once, wait for it to exit, remove it and return its status.
 
     The workload is uniquely named (`gpucloud-health-<hex>`) and labelled
-    `gpucloud.purpose=health-check`. A non-zero exit carries the last
+    `gpucloud.purpose=health-check`; it is `installation`'s (the Docker
+    runtime puts it on that console's own health network). A non-zero exit carries the last
     lines of output in `message`. When it is still running at `timeout`
     it is killed and the returned status says so; `timeout` counts from
     the moment it started, not from the request to start it. Raises
@@ -49,10 +50,11 @@ def run_health_check(
         workload_id=f"health-{token}",
         tenant=HEALTH_CHECK_TENANT,
         attempt=0,
+        installation=installation,
         image=image,
         command=list(command),
         gpu_uuids=list(gpu_uuids),
-        resources=Resources(cpus=1.0, memory_mb=512, pids=256),
+        resources=Resources(cpu_milli=1000, memory_mib=512, pids=256),
         labels={LABEL_PURPOSE: HEALTH_CHECK_PURPOSE},
     )
     handle = runtime.start(spec, timeout=max(timeout, _ENGINE_TIMEOUT))

@@ -28,6 +28,10 @@ LABEL_ATTEMPT = "gpucloud.attempt"
 LABEL_REPLICA = "gpucloud.replica"
 LABEL_MANAGED = "gpucloud.managed"
 LABEL_PURPOSE = "gpucloud.purpose"
+# Whose a container is: the console installation that started it and the node it was started for. Reconcile
+# touches only containers carrying its own pair; one without them (started before the labels existed) is left alone.
+LABEL_INSTALLATION = "gpucloud.installation"
+LABEL_NODE = "gpucloud.node"
 MANAGED = "1"
 RESERVED_LABEL_PREFIX = "gpucloud."
 
@@ -43,7 +47,7 @@ RULE_INVALID_ENV_VALUE = "invalid_env_value"
 RULE_ENV_TOO_LARGE = "env_too_large"
 RULE_RESERVED_LABEL = "reserved_label"
 
-ALLOWED_FIELDS = frozenset({"image", "command", "env", "gpus", "cpus", "memory_mb", "replicas", "labels"})
+ALLOWED_FIELDS = frozenset({"image", "command", "env", "gpus", "cpu_milli", "memory_mib", "replicas", "labels"})
 """The container keys a submission may carry; everything else is the platform's to decide."""
 
 # Keys that would change isolation, compared after normalisation (lower case,
@@ -176,7 +180,7 @@ def check_container_request(request: Mapping[str, Any], *, also_allowed: Collect
     """Return None when the container part of a submission is acceptable; raise SpecRefused otherwise.
 
     `request` may carry only the keys in ALLOWED_FIELDS (`image`, `command`,
-    `env`, `gpus`, `cpus`, `memory_mb`, `replicas`, `labels`) plus the
+    `env`, `gpus`, `cpu_milli`, `memory_mib`, `replicas`, `labels`) plus the
     caller's own non-container keys named in `also_allowed` (e.g. `project`,
     `pool`), which the caller validates itself. Every attempt to choose
     isolation is refused with the key as `field`: host paths (`volumes`,
@@ -227,12 +231,9 @@ def _check_values(request: Mapping[str, Any]) -> None:
         _check_command(request["command"])
     if "env" in request:
         check_environment(request["env"])
-    for field, minimum in (("gpus", 0), ("replicas", 1), ("memory_mb", 1)):
+    for field, minimum in (("gpus", 0), ("replicas", 1), ("memory_mib", 1), ("cpu_milli", 1)):
         if field in request:
             _check_int(field, request[field], minimum)
-    cpus = request.get("cpus")
-    if "cpus" in request and (isinstance(cpus, bool) or not isinstance(cpus, int | float) or not 0 < cpus <= 1024):
-        raise SpecRefused("cpus", RULE_INVALID_VALUE, "must be a number in (0, 1024]")
     if "labels" in request:
         _check_labels(request["labels"])
 
@@ -266,41 +267,72 @@ def _check_labels(labels: Any) -> None:
 # --- names and labels -------------------------------------------------------------
 
 
-def container_name(workload_id: str, replica: int, attempt: int) -> str:
-    """Return the deterministic name of one replica of one attempt: `gpucloud-w<id>-r<replica>-a<attempt>`.
+INSTALLATION_TAG_LENGTH = 8
+_INSTALLATION = re.compile(rf"[0-9a-f]{{{INSTALLATION_TAG_LENGTH},}}")
 
-    The same inputs always give the same name, so a retried start adopts
-    what an earlier try created. Raises PermanentDriverError (`invalid_name`)
-    when `workload_id` has characters a container name cannot hold.
+
+def installation_tag(installation: str) -> str:
+    """Return the short form of an installation id that every Docker object name of that console holds.
+
+    Two consoles sharing one engine would otherwise both name their first
+    workload `...-w1-...` and their tenant `acme`'s bridge alike: the
+    second start would fail on the name, or worse, share the first's
+    network. Its first 8 hex digits (`inventory.services.installation`
+    gives 16): a collision needs two consoles out of 4 billion ids on one
+    engine. Raises PermanentDriverError (`invalid_name`) unless
+    `installation` is at least that many lowercase hex digits (an empty
+    one included: an unnamed console cannot name what it makes).
+    """
+    if not _INSTALLATION.fullmatch(installation):
+        raise PermanentDriverError(f"cannot name an object after installation {installation!r}", code="invalid_name")
+    return installation[:INSTALLATION_TAG_LENGTH]
+
+
+def container_name(installation: str, workload_id: str | int, replica: int, attempt: int) -> str:
+    """Return the deterministic name of one replica of one attempt: `gpucloud-<tag>-w<id>-r<replica>-a<attempt>`.
+
+    `<tag>` is `installation_tag(installation)`. The same inputs always give
+    the same name, so a retried start adopts what an earlier try created.
+    The controller names every replica with this (its row and its start
+    message); the agent takes the name it is sent. Raises
+    PermanentDriverError (`invalid_name`) when `workload_id` has characters
+    a container name cannot hold, or as `installation_tag` does.
     """
     workload = str(workload_id)
     if not _DOCKER_NAME_PART.fullmatch(workload) or replica < 0 or attempt < 0:
         raise PermanentDriverError(f"cannot name a container after workload {workload!r}", code="invalid_name")
-    return f"gpucloud-w{workload}-r{replica}-a{attempt}"
+    return f"gpucloud-{installation_tag(installation)}-w{workload}-r{replica}-a{attempt}"
 
 
-def tenant_network_name(tenant: str) -> str:
-    """Return the name of the bridge network the containers of `tenant` share: `gpucloud-tenant-<tenant>`."""
+def tenant_network_name(installation: str, tenant: str) -> str:
+    """Return the bridge network the containers of `tenant` of one console share: `gpucloud-<tag>-tenant-<tenant>`.
+
+    The installation's tag keeps tenant `acme` of one console off the
+    bridge of tenant `acme` of another on the same engine. Raises
+    PermanentDriverError (`invalid_name`) as `installation_tag` does, or
+    when `tenant` cannot be part of a name.
+    """
     if not _DOCKER_NAME_PART.fullmatch(tenant):
         raise PermanentDriverError(f"cannot name a network after tenant {tenant!r}", code="invalid_name")
-    return f"gpucloud-tenant-{tenant}"
+    return f"gpucloud-{installation_tag(installation)}-tenant-{tenant}"
 
 
 GANG_NETWORK_PREFIX = "gpucloud-gang-"
 GANG_PURPOSE = "gang"
 
 
-def gang_network_name(workload_id: str, attempt: int) -> str:
-    """Return the overlay network of one attempt of a gang spread over hosts: `gpucloud-gang-w<id>-a<attempt>`.
+def gang_network_name(installation: str, workload_id: str, attempt: int) -> str:
+    """Return the overlay network of one attempt of a gang spread over hosts: `gpucloud-gang-<tag>-w<id>-a<attempt>`.
 
     One per gang and attempt: nothing else joins it, not even the tenant's
-    other workloads. Raises PermanentDriverError (`invalid_name`) as
-    `container_name` does.
+    other workloads. It starts with `GANG_NETWORK_PREFIX` (how a stopped
+    container's gang network is told from a bridge). Raises
+    PermanentDriverError (`invalid_name`) as `container_name` does.
     """
     workload = str(workload_id)
     if not _DOCKER_NAME_PART.fullmatch(workload) or attempt < 0:
         raise PermanentDriverError(f"cannot name a network after workload {workload!r}", code="invalid_name")
-    return f"{GANG_NETWORK_PREFIX}w{workload}-a{attempt}"
+    return f"{GANG_NETWORK_PREFIX}{installation_tag(installation)}-w{workload}-a{attempt}"
 
 
 def check_workload_name(name: str) -> None:
@@ -309,17 +341,35 @@ def check_workload_name(name: str) -> None:
         raise PermanentDriverError(f"invalid workload name {name!r}", code="invalid_name")
 
 
-def managed_labels(workload_id: str, tenant: str, attempt: int, replica: int) -> dict[str, str]:
-    """Return the labels that mark a workload as gpucloud's and say whose attempt and replica it is."""
-    return {
+def managed_labels(
+    workload_id: str, tenant: str, attempt: int, replica: int, *, installation: str = "", node: str = ""
+) -> dict[str, str]:
+    """Return the labels that mark a workload as gpucloud's and say whose attempt and replica it is.
+
+    `installation` and `node` (when given) say which console and which of its nodes own it.
+    """
+    labels = {
         LABEL_MANAGED: MANAGED,
         LABEL_WORKLOAD: str(workload_id),
         LABEL_TENANT: tenant,
         LABEL_ATTEMPT: str(attempt),
         LABEL_REPLICA: str(replica),
     }
+    return labels | owner_labels(installation, node)
+
+
+def owner_labels(installation: str, node: str) -> dict[str, str]:
+    """Return the installation and node labels for the non-empty ones of `installation` and `node`."""
+    pairs = ((LABEL_INSTALLATION, installation), (LABEL_NODE, node))
+    return {key: value for key, value in pairs if value}
 
 
 def identity_matches(labels: Mapping[str, str], expected: Mapping[str, str]) -> bool:
-    """Return True when `labels` carry every managed label of `expected` with the same value."""
-    return all(labels.get(key) == value for key, value in expected.items())
+    """Return True when `labels` carry every managed label of `expected` with the same value.
+
+    An owner label (`LABEL_INSTALLATION`, `LABEL_NODE`) absent from
+    `labels` is not held against it: a container started before those
+    labels existed is still adopted by its own retried start.
+    """
+    owner = (LABEL_INSTALLATION, LABEL_NODE)
+    return all(labels.get(key) == value or (key in owner and key not in labels) for key, value in expected.items())

@@ -65,7 +65,7 @@ class Node(models.Model):
     address = models.CharField(max_length=255, blank=True, help_text="Host name or IP other nodes reach it at.")
     labels = models.JSONField(default=dict, blank=True)
     cpu_cores = models.PositiveIntegerField(default=0)
-    memory_mb = models.PositiveBigIntegerField(default=0)
+    memory_mib = models.PositiveBigIntegerField(default=0)
     # Only for simulated nodes: the GPUs the simulated probe reports.
     simulated_gpu_count = models.PositiveSmallIntegerField(default=0)
     simulated_gpu_model = models.CharField(max_length=100, blank=True)
@@ -136,7 +136,7 @@ class Gpu(models.Model):
     index = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=100, unique=True)
     model = models.CharField(max_length=100)
-    memory_mb = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveIntegerField(default=0)
     mig_mode = models.CharField(max_length=20, choices=MigMode.choices, default=MigMode.UNSUPPORTED)
     present = models.BooleanField(default=True)
     health = models.CharField(max_length=20, choices=GpuHealth.choices, default=GpuHealth.OK)

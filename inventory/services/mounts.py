@@ -29,6 +29,7 @@ from inventory.services.storage import DEFAULT_BACKEND_NAME
 from inventory.services.volume_access import directory_owner, gid_of, host_path, mount_target, uid_of
 from inventory.services.volumes import home_volume, project_volume
 from tenants.models import Project, Tenant
+from tenants.scoping import tenant_scope
 
 CHECKPOINTS = ".checkpoints"
 
@@ -45,14 +46,21 @@ class PlannedMount:
 def plan_mounts(*, tenant: Tenant, owner: User, project: Project) -> list[PlannedMount]:
     """Return the mounts of a workload of `owner` in `project`: its home first, its project's own volume second.
 
-    Makes the owner's home and the project's own volume on first use.
+    Makes the owner's home and the project's own volume on first use. Reads in `tenant`'s scope (the
+    controller's launch calls it with none active).
     """
     home = home_volume(tenant=tenant, user=owner)
     own = project_volume(project=project)
-    others = Volume.all_tenants.filter(project=project).exclude(kind=VolumeKind.HOME).exclude(pk=own.pk)
-    shares = VolumeShare.all_tenants.filter(project=project).select_related("volume__backend", "volume__owner")
+    with tenant_scope(tenant):
+        others = list(
+            Volume.objects.filter(project=project)
+            .exclude(kind=VolumeKind.HOME)
+            .exclude(pk=own.pk)
+            .select_related("backend")
+        )
+        shares = list(VolumeShare.objects.filter(project=project).select_related("volume__backend", "volume__owner"))
     mounts = [_planned(home, read_only=False), _planned(own, read_only=False)]
-    for volume in sorted(others.select_related("backend"), key=lambda v: (v.kind, v.name)):
+    for volume in sorted(others, key=lambda v: (v.kind, v.name)):
         mounts.append(_planned(volume, read_only=volume.kind == VolumeKind.DATASET))
     for share in sorted(shares, key=lambda s: (s.volume.kind, s.volume.name)):
         mounts.append(_planned(share.volume, read_only=share.read_only or share.volume.kind == VolumeKind.DATASET))

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.errors import Conflict, FieldErrors, add_errors, gather, invalid, raise_errors
-from inventory.choices import LIVE_STATES, REASON_REQUIRED, NodeKind, NodeState, RuntimeKind, can_transition
+from inventory.choices import LIVE_STATES, NODE_TRANSITIONS, REASON_REQUIRED, NodeKind, NodeState, RuntimeKind
 from inventory.holds import holds_on_nodes
 from inventory.models import Gpu, Node, NodeEvent, NodePool
 from notifications.services import notify_node_health
@@ -24,7 +24,7 @@ from tenants.services import record_audit_event, snapshot, update_audited
 from tenants.services.access import require_operator
 from tenants.services.validation import clean_fields
 
-NODE_FIELDS = ["name", "pool", "kind", "runtime", "address", "labels", "cpu_cores", "memory_mb", "simulated_gpu_count"]
+NODE_FIELDS = ["name", "pool", "kind", "runtime", "address", "labels", "cpu_cores", "memory_mib", "simulated_gpu_count"]
 NODE_COLUMNS = frozenset([*NODE_FIELDS, "simulated_gpu_model"])
 """The columns a registration sets."""
 MAX_SIMULATED_GPUS = 64
@@ -76,12 +76,18 @@ def transition_node(
     values written by the same UPDATE.
     """
     current = Node.objects.filter(pk=node.pk).values_list("state", flat=True).first()
-    if current is None or not can_transition(current, target):
+    if current is None or not NODE_TRANSITIONS.allows(current, target):
         node.state = current or node.state
         raise IllegalTransition(node, target)
     now = timezone.now()
-    updated = Node.objects.filter(pk=node.pk, state=current).update(
-        state=target, state_reason=reason, state_changed_at=now, updated_at=now, **changes
+    updated = NODE_TRANSITIONS.move(
+        Node.objects.filter(pk=node.pk),
+        from_states=[current],
+        to_state=target,
+        state_reason=reason,
+        state_changed_at=now,
+        updated_at=now,
+        **changes,
     )
     if updated != 1:
         raise IllegalTransition(node, target)
@@ -162,7 +168,7 @@ def register_node(
     address: str = "",
     labels: dict[str, str] | None = None,
     cpu_cores: int = 0,
-    memory_mb: int = 0,
+    memory_mib: int = 0,
     simulated_gpu_count: int = 0,
     simulated_gpu_model: str = "",
 ) -> Node:
@@ -180,7 +186,7 @@ def register_node(
         "address": address,
         "labels": labels or {},
         "cpu_cores": cpu_cores,
-        "memory_mb": memory_mb,
+        "memory_mib": memory_mib,
         "simulated_gpu_count": simulated_gpu_count,
         "simulated_gpu_model": simulated_gpu_model,
     }
@@ -285,7 +291,7 @@ def retire_node(*, actor: Actor, node: Node, reason: str = "") -> Node:
     """Take a node out of the cloud for good; raises IllegalTransition outside maintenance, failed or registered."""
     require_operator(actor)
     node = _locked(node)
-    if not can_transition(node.state, NodeState.RETIRED):
+    if not NODE_TRANSITIONS.allows(node.state, NodeState.RETIRED):
         raise IllegalTransition(node, NodeState.RETIRED)
     if holds_on_nodes([node.pk]).get(node.pk, 0):
         raise Conflict("GPUs of this node are still held.", code="node_busy", details={"current_state": node.state})

@@ -23,8 +23,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from common.protocol.messages import ProbeNode
+from common.task_names import COMPLETE_PROVISIONING, PROVISION_NODE
 from inventory.choices import GpuHealth, MigMode, NodeState, RuntimeKind
 from inventory.models import Gpu, Node
+from inventory.services.installation import installation_id
 from inventory.services.nodes import record_node_event, transition_node
 from tenants.context import SYSTEM, Actor
 from tenants.services.access import require_operator
@@ -33,8 +36,8 @@ from tenants.services.access import require_operator
 MIN_TOOLKIT = (1, 16, 2)
 # Device requests (GPUs by UUID) need Engine API 1.40; 20.10 is the oldest Engine still patched by distributions.
 MIN_DOCKER = (20, 10)
-AGENT_TASK = "agent.probe_node"
-CALLBACK_TASK = "inventory.complete_provisioning"
+AGENT_TASK = ProbeNode.TASK
+CALLBACK_TASK = COMPLETE_PROVISIONING
 
 
 def parse_version(text: str | None) -> tuple[int, ...] | None:
@@ -95,11 +98,13 @@ def healthcheck_request(node: Node) -> dict[str, Any]:
 
 
 def probe_request(node: Node) -> dict[str, Any]:
-    """Return the JSON request `agent.probe_node` receives for `node`'s current attempt."""
+    """Return the JSON request the agent's `ProbeNode` carries for `node`'s current attempt."""
     return {
         "node": node.name,
         "attempt": node.provisioning_attempt,
         "runtime": node.runtime,
+        # The check's container joins a network named after this console (`policy.tenant_network_name`).
+        "installation": installation_id(),
         "health_check": healthcheck_request(node),
         "simulated_gpu_count": node.simulated_gpu_count,
         "simulated_gpu_model": node.simulated_gpu_model,
@@ -148,7 +153,7 @@ def begin_provisioning(node: Node, *, actor: Actor) -> Node:
         action="node.provision",
         provisioning_attempt=attempt,
     )
-    transaction.on_commit(lambda: app.send_task("inventory.provision_node", args=(node.pk, attempt), queue="control"))
+    transaction.on_commit(lambda: app.send_task(PROVISION_NODE, args=(node.pk, attempt), queue="control"))
     return node
 
 
@@ -164,7 +169,7 @@ def _sync_gpus(node: Node, found: list[dict[str, Any]]) -> None:
                 "node": node,
                 "index": int(info["index"]),
                 "model": str(info.get("model", ""))[:100],
-                "memory_mb": int(info.get("memory_mb") or 0),
+                "memory_mib": int(info.get("memory_mib") or 0),
                 "mig_mode": info.get("mig_mode") or MigMode.UNSUPPORTED,
                 "present": True,
                 "health": GpuHealth.OK,
@@ -193,8 +198,8 @@ def _record_versions(node: Node, report: dict[str, Any]) -> None:
         device_requests=bool(runtime.get("device_requests")),
         nvidia_driver_version=str(gpus.get("driver_version") or "")[:40],
         cuda_version=str(gpus.get("cuda_version") or "")[:40],
-        cpu_cores=int(runtime.get("cpus") or node.cpu_cores or 0),
-        memory_mb=int(runtime.get("memory_mb") or node.memory_mb or 0),
+        cpu_cores=int(runtime.get("cpu_cores") or node.cpu_cores or 0),
+        memory_mib=int(runtime.get("memory_mib") or node.memory_mib or 0),
         swarm=str(swarm)[:64] if swarm is not None else None,
         swarm_manager=bool(swarm) and bool(runtime.get("swarm_manager")),
         probed_at=timezone.now(),

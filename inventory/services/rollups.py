@@ -28,7 +28,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from inventory import sql
+from inventory import fast_sql
 from inventory.models import GpuMinute, Node
 
 # Samples stamped further ahead of the controller's clock than this are refused: a node clock far in the future
@@ -185,7 +185,7 @@ def roll_up_reports(
         if not partials:
             return 0
         merge_minutes(partials)
-        sql.advance_rollup_marks(newest)
+        fast_sql.advance_rollup_marks(newest)
     return sum(partial.samples for partial in partials.values())
 
 
@@ -209,7 +209,7 @@ def merge_minutes(partials: Partials) -> None:
         )
         for (gpu_id, minute), p in sorted(partials.items())
     ]
-    sql.merge_gpu_minutes(rows)
+    fast_sql.merge_gpu_minutes(rows)
 
 
 def purge_expired_minutes(*, now: datetime, batch: int = PURGE_BATCH) -> int:

@@ -19,7 +19,7 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
-from inventory import sql
+from inventory import fast_sql
 from inventory.choices import GpuHealth, NodeState
 from inventory.health import assess_sample, worsens
 from inventory.mailbox import fresh
@@ -40,9 +40,9 @@ def _remember_unknown(names: set[str], now: datetime) -> None:
 
 def _store_samples(rows: list[tuple[float | None, int | None, dict[str, Any], int]], now: datetime) -> None:
     """Write (utilization, memory used, sample, GPU id) rows, sampled at `now`, in one statement per batch
-    (`inventory.sql.store_gpu_samples`). A GPU reported twice in a batch keeps its last sample."""
+    (`inventory.fast_sql.store_gpu_samples`). A GPU reported twice in a batch keeps its last sample."""
     latest = {gpu_id: (util, mem, sample) for util, mem, sample, gpu_id in rows}
-    sql.store_gpu_samples(latest, now)
+    fast_sql.store_gpu_samples(latest, now)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from inventory.models import StorageBackend, Volume
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Project, Tenant
+from tenants.scoping import tenant_scope
 from tenants.services.access import require_role
 
 _SAFE_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,63}")
@@ -91,7 +92,8 @@ class Rights:
 def _member_projects(actor: Actor, tenant: Tenant) -> set[int]:
     if actor.user is None:
         return set()
-    return set(Project.all_tenants.filter(tenant=tenant, memberships__user=actor.user).values_list("pk", flat=True))
+    with tenant_scope(tenant):
+        return set(Project.objects.filter(memberships__user=actor.user).values_list("pk", flat=True))
 
 
 def volume_rights(actor: Actor, volume: Volume) -> Rights:
@@ -142,9 +144,13 @@ def _rights(actor: Actor, role: Role, projects: set[int], volume: Volume) -> Rig
 
 
 def visible_volumes(actor: Actor, tenant: Tenant) -> QuerySet[Volume]:
-    """Return the volumes of `tenant` that `actor` can see (see `volume_rights`), newest kinds first."""
+    """Return the volumes of `tenant` that `actor` can see (see `volume_rights`), newest kinds first.
+
+    A request-scoped read: `tenant` must be the active scope (the page's or the API viewset's); under
+    another scope it matches nothing.
+    """
     role = require_role(actor, tenant, Role.VIEWER)
-    volumes = Volume.all_tenants.filter(tenant=tenant).select_related("tenant", "backend", "owner", "project")
+    volumes = Volume.objects.filter(tenant=tenant).select_related("tenant", "backend", "owner", "project")
     if role.at_least(Role.ADMIN):
         return volumes.prefetch_related("shares__project")
     own_home = Q(kind=VolumeKind.HOME, owner=actor.user) if actor.user is not None else Q(pk__in=[])

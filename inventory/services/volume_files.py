@@ -33,7 +33,7 @@ from typing import BinaryIO
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import F, Sum, Value
+from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.http import Http404
 from django.utils import timezone
@@ -42,10 +42,12 @@ from common.errors import Conflict, invalid
 from inventory.choices import VolumeKind
 from inventory.drivers import storage
 from inventory.drivers.base import DriverError, Mount, RunAs
-from inventory.drivers.storage_paths import split_relative
+from inventory.drivers.storage import split_relative
 from inventory.models import Volume
+from inventory.selectors import storage_use
 from inventory.services.volume_access import directory_owner, host_path, volume_rights
 from tenants.context import Actor
+from tenants.scoping import tenant_scope
 from tenants.services import record_audit_event
 
 log = logging.getLogger(__name__)
@@ -202,15 +204,15 @@ def room(volume: Volume, *, replacing: int = 0) -> Room:
         left = tenant.home_limit_bytes - volume.used_bytes + replacing
         limits.append(Room(left, "home_limit", f"the tenant's home limit of {tenant.home_limit_bytes} bytes"))
     project = volume.project
-    if project is not None and project.storage_limit_bytes is not None:
-        used = Volume.all_tenants.filter(project=project).aggregate(total=Sum("used_bytes"))["total"] or 0
-        left = project.storage_limit_bytes - used + replacing
-        label = f"project {project.slug}'s storage quota of {project.storage_limit_bytes} bytes"
+    project_limit = project.storage_limit_bytes if project is not None else None
+    use = storage_use(tenant.pk) if project_limit is not None or tenant.storage_limit_bytes is not None else None
+    if project is not None and project_limit is not None and use is not None:
+        left = project_limit - use.of_project(project.pk) + replacing
+        label = f"project {project.slug}'s storage quota of {project_limit} bytes"
         limits.append(Room(left, "project_quota", label))
-    if tenant.storage_limit_bytes is not None:
-        used = Volume.all_tenants.filter(tenant=tenant).aggregate(total=Sum("used_bytes"))["total"] or 0
+    if tenant.storage_limit_bytes is not None and use is not None:
         label = f"the tenant's storage quota of {tenant.storage_limit_bytes} bytes"
-        limits.append(Room(tenant.storage_limit_bytes - used + replacing, "tenant_quota", label))
+        limits.append(Room(tenant.storage_limit_bytes - use.total + replacing, "tenant_quota", label))
     tightest = min(limits, key=lambda limit: limit.left)
     return Room(max(0, tightest.left), tightest.rule, tightest.label)
 
@@ -220,7 +222,19 @@ def room_for(volume: Volume, *, replacing: int = 0) -> int:
     return room(volume, replacing=replacing).left
 
 
-def _too_large(path: str, size: int | None, allowed: Room) -> FileTooLarge:
+def room_at(volume: Volume, path: str) -> Room:
+    """Return the room an upload to file `path` of the volume has now (the file there now is freed first).
+
+    Raises ValidationError naming `path` for a path outside the volume, FileNotFound, StorageUnavailable.
+    """
+    split_path(path, leaf=True)
+    directory = ensure_directory(volume)
+    with _translated(volume):
+        return room(volume, replacing=storage.file_size(directory, path))
+
+
+def too_large(path: str, size: int | None, allowed: Room) -> FileTooLarge:
+    """Return the refusal of an upload to `path` (of `size` bytes, when known) over the room `allowed`."""
     what = f"{path} ({size} bytes)" if size is not None else path
     message = f"{what} does not fit: {allowed.label} leaves room for {allowed.left} bytes. Nothing was written."
     return FileTooLarge(message, rule=allowed.rule)
@@ -245,14 +259,14 @@ def upload_file(*, actor: Actor, volume: Volume, path: str, chunks: Iterable[byt
         old = storage.file_size(directory, path)
     allowed = room(volume, replacing=old)
     if size is not None and size > allowed.left:
-        raise _too_large(path, size, allowed)
+        raise too_large(path, size, allowed)
     try:
         with _translated(volume):
             written = storage.write_file(directory, path, chunks, allowed.left)
     except FileTooLarge as error:
         if error.rule != "too_large":  # the filesystem itself is full
             raise
-        raise _too_large(path, size, allowed) from error
+        raise too_large(path, size, allowed) from error
     _moved(volume, written - old)
     _audit(actor, volume, "volume.file_upload", path, size=written)
     return written
@@ -305,7 +319,8 @@ def delete_path(*, actor: Actor, volume: Volume, path: str) -> int:
 def _moved(volume: Volume, delta: int) -> None:
     if delta:
         # Never below 0 (the column refuses it): a measurement that raced us is corrected at the next one.
-        Volume.all_tenants.filter(pk=volume.pk).update(used_bytes=Greatest(F("used_bytes") + delta, Value(0)))
+        with tenant_scope(volume.tenant):
+            Volume.objects.filter(pk=volume.pk).update(used_bytes=Greatest(F("used_bytes") + delta, Value(0)))
         volume.refresh_from_db(fields=["used_bytes"])
 
 

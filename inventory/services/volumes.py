@@ -20,6 +20,7 @@ from inventory.services.storage import default_backend
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Project, Tenant
+from tenants.scoping import tenant_scope
 from tenants.services import delete_audited, record_audit_event, snapshot, update_audited
 from tenants.services.access import require_role
 from tenants.services.validation import clean_fields
@@ -33,23 +34,27 @@ def volume_directory(tenant: Tenant, kind: str) -> str:
 
 
 def home_volume(*, tenant: Tenant, user: User) -> Volume:
-    """Return `user`'s home in `tenant`, creating it on the default backend on first use (idempotent)."""
-    found = Volume.all_tenants.filter(tenant=tenant, kind=VolumeKind.HOME, owner=user).select_related("backend").first()
-    if found is not None:
-        return found
-    backend = default_backend()
-    try:
-        with transaction.atomic():
-            return Volume.all_tenants.create(
-                tenant=tenant,
-                kind=VolumeKind.HOME,
-                name=f"home-{user.pk}",
-                backend=backend,
-                directory=volume_directory(tenant, VolumeKind.HOME),
-                owner=user,
-            )
-    except IntegrityError:  # made concurrently
-        return Volume.all_tenants.select_related("backend").get(tenant=tenant, kind=VolumeKind.HOME, owner=user)
+    """Return `user`'s home in `tenant`, creating it on the default backend on first use (idempotent).
+
+    Reads and writes in `tenant`'s scope, whatever scope (if any) the caller runs in.
+    """
+    with tenant_scope(tenant):
+        found = Volume.objects.filter(kind=VolumeKind.HOME, owner=user).select_related("backend").first()
+        if found is not None:
+            return found
+        backend = default_backend()
+        try:
+            with transaction.atomic():
+                return Volume.objects.create(
+                    tenant=tenant,
+                    kind=VolumeKind.HOME,
+                    name=f"home-{user.pk}",
+                    backend=backend,
+                    directory=volume_directory(tenant, VolumeKind.HOME),
+                    owner=user,
+                )
+        except IntegrityError:  # made concurrently
+            return Volume.objects.select_related("backend").get(kind=VolumeKind.HOME, owner=user)
 
 
 def project_volume(*, project: Project) -> Volume:
@@ -105,7 +110,9 @@ def create_volume(
         errors["project"] = ["A project volume belongs to a project: name it."]
     if project is not None and project.tenant_id != tenant.pk:
         errors["project"] = ["No such project in this tenant."]
-    if Volume.all_tenants.filter(tenant=tenant, name=name).exclude(kind=VolumeKind.HOME).exists():
+    with tenant_scope(tenant):
+        taken = Volume.objects.filter(name=name).exclude(kind=VolumeKind.HOME).exists()
+    if taken:
         errors.setdefault("name", []).append(f"A volume named {name} exists already in this tenant.")
     volume = Volume(
         tenant=tenant,
@@ -139,7 +146,8 @@ def update_volume(*, actor: Actor, volume: Volume, **changes: object) -> Volume:
     unknown = sorted(set(changes) - allowed)
     if unknown:
         raise ValidationError({name: ["This field cannot be changed."] for name in unknown})
-    locked = Volume.all_tenants.select_for_update().get(pk=volume.pk)
+    with tenant_scope(volume.tenant):
+        locked = Volume.objects.select_for_update().get(pk=volume.pk)
     return update_audited(
         actor=actor,
         action="volume.update",
@@ -184,9 +192,10 @@ def share_volume(*, actor: Actor, volume: Volume, project: Project, read_only: b
         errors["read_only"] = ["Datasets are mounted read-only."]
     if errors:
         raise ValidationError(errors)
-    share, created = VolumeShare.all_tenants.update_or_create(
-        volume=volume, project=project, defaults={"tenant_id": volume.tenant_id, "read_only": read_only}
-    )
+    with tenant_scope(volume.tenant):
+        share, created = VolumeShare.objects.update_or_create(
+            volume=volume, project=project, defaults={"tenant_id": volume.tenant_id, "read_only": read_only}
+        )
     record_audit_event(
         actor=actor,
         action="volume.share" if created else "volume.share_update",
@@ -201,7 +210,8 @@ def share_volume(*, actor: Actor, volume: Volume, project: Project, read_only: b
 def unshare_volume(*, actor: Actor, volume: Volume, project: Project) -> None:
     """Stop sharing `volume` with `project` (tenant admins); workloads already running keep their mount."""
     require_role(actor, volume.tenant, Role.ADMIN)
-    deleted, _ = VolumeShare.all_tenants.filter(volume=volume, project=project).delete()
+    with tenant_scope(volume.tenant):
+        deleted, _ = VolumeShare.objects.filter(volume=volume, project=project).delete()
     if not deleted:
         raise Http404("The volume is not shared with this project.")
     record_audit_event(

@@ -92,7 +92,8 @@ class _AgentEndpoint(APIView):
 
 @extend_schema(exclude=True)
 class AgentReportsEndpoint(_AgentEndpoint):
-    """Take a batch of the node's reports: all are delivered, or none when any is not the node's own."""
+    """Take a batch of the node's reports: all are delivered, or none when any is malformed (400, naming each bad
+    field) or not the node's own (403)."""
 
     def post(self, request: Request) -> Response:
         node = self.principal().node
@@ -101,6 +102,10 @@ class AgentReportsEndpoint(_AgentEndpoint):
             body = error_body("validation_error", 'The body is {"messages": [...]}.')
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
         rejected = agent_gateway.check_messages(node, messages)
+        if any(r.invalid for r in rejected):
+            body = error_body("validation_error", f"{len(rejected)} message(s) are malformed; none was taken.")
+            body["error"]["rejected"] = [r.as_dict() for r in rejected]
+            return Response(body, status=status.HTTP_400_BAD_REQUEST)
         if rejected:
             body = error_body("not_this_node", f"{len(rejected)} message(s) are not {node.name}'s to send.")
             body["error"]["rejected"] = [r.as_dict() for r in rejected]

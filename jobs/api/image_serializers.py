@@ -65,6 +65,7 @@ class LaunchPresetInputSerializer(serializers.Serializer):
     replicas = Integer(required=False)
     cpu_milli = Integer(required=False)
     memory_mib = Integer(required=False)
+    shm_mib = Integer(required=False, allow_null=True)
     idle_timeout_seconds = Integer(required=False, allow_null=True)
     max_runtime_seconds = Integer(required=False, allow_null=True)
 

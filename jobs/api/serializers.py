@@ -16,6 +16,7 @@ from inventory.selectors import pools_open_to_tenant
 from jobs.choices import PriorityClass, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Workload, WorkloadEvent
 from jobs.selectors import LaunchStep, current_launch_steps, presets_for_tenant
+from jobs.services.available import ACTIONS, available_actions
 from jobs.services.hibernation import notebook_link
 from tenants.api.fields import GpuLimitField, ScopedSlugField
 from tenants.selectors import projects_in_scope
@@ -99,6 +100,11 @@ class WorkloadItemSerializer(serializers.Serializer):
     pool = serializers.CharField(max_length=40, required=False)
     cpu_milli = Integer(required=False, help_text="Default 1000.")
     memory_mib = Integer(required=False, help_text="Default 4096.")
+    shm_mib = Integer(
+        required=False,
+        allow_null=True,
+        help_text="The size of /dev/shm, at most memory_mib. Default (null): the runtime's, 64 MiB on Docker.",
+    )
     priority_class = serializers.ChoiceField(choices=PriorityClass.choices, required=False)
     max_runtime_seconds = Integer(required=False, allow_null=True, help_text="Default: the quota's maximum.")
     requeue_limit = Integer(required=False, help_text="Default 3.")
@@ -186,6 +192,7 @@ _WORKLOAD_FIELDS = [
     "gpu_models",
     "cpu_milli",
     "memory_mib",
+    "shm_mib",
     "priority_class",
     "max_runtime_seconds",
     "requeue_limit",
@@ -298,17 +305,19 @@ class WorkloadDetailSerializer(WorkloadSerializer):
     """A workload with where it runs (allocations), what happened to it (events) and how far its launch got.
 
     `notebook_url` (a path on the console) is set for a running notebook when
-    the caller may open it (its owner, the tenant's admins); the view puts
-    the viewer in the context as `viewer_id` and `viewer_is_admin`.
+    the caller may open it (`jobs.selectors.may_open_notebook`); `actions` names
+    what the caller may do to it now (`available_actions`). The view puts the
+    viewer in the context as `viewer_id` and `viewer_role` (the role it acts with).
     """
 
     allocations = AllocationSerializer(many=True, read_only=True)
     events = WorkloadEventSerializer(many=True, read_only=True)
     launch_steps = serializers.SerializerMethodField()
     notebook_url = serializers.SerializerMethodField()
+    actions = serializers.SerializerMethodField()
 
     class Meta(WorkloadSerializer.Meta):
-        fields = [*_WORKLOAD_FIELDS, "lab_path", "allocations", "events", "launch_steps", "notebook_url"]
+        fields = [*_WORKLOAD_FIELDS, "lab_path", "allocations", "events", "launch_steps", "notebook_url", "actions"]
         read_only_fields = fields
 
     @extend_schema_field(LAUNCH_STEP_SCHEMA)
@@ -320,7 +329,20 @@ class WorkloadDetailSerializer(WorkloadSerializer):
         return notebook_link(
             workload,
             viewer_id=self.context.get("viewer_id"),
-            viewer_is_admin=bool(self.context.get("viewer_is_admin")),
+            role=self.context.get("viewer_role"),
+        )
+
+    @extend_schema_field(
+        {
+            "type": "array",
+            "items": {"type": "string", "enum": list(ACTIONS)},
+            "description": "What the caller may do to it now: each name but `open` is `POST .../workloads/<id>/<name>/`"
+            " (`cancel` stops a started workload); `open` means `notebook_url` is set.",
+        }
+    )
+    def get_actions(self, workload: Workload) -> list[str]:
+        return available_actions(
+            workload, role=self.context.get("viewer_role"), viewer_id=self.context.get("viewer_id")
         )
 
 

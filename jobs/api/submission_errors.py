@@ -21,7 +21,12 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail
 
-from jobs.api.serializers import WorkloadInputSerializer, WorkloadItemSerializer, resolve_references
+from jobs.api.serializers import (
+    BulkInputSerializer,
+    WorkloadInputSerializer,
+    WorkloadItemSerializer,
+    resolve_references,
+)
 from jobs.services.spec import WorkloadSpec
 from jobs.services.submission import dry_run, submission_errors
 from tenants.context import Actor
@@ -47,12 +52,17 @@ def with_rule_errors(
     raw = _raw_items(body, bulk=bulk)
     if raw is None:
         return refused
+    if bulk:
+        # A bulk body's own keys are the serializer's; any other (a container option) is named, never dropped.
+        for key in sorted(set(body) - set(BulkInputSerializer().fields), key=str):
+            flat.setdefault(str(key), [_unknown(str(key))])
     prefix = "items[{index}]." if bulk else ""
     items: list[dict[str, Any]] = []
     failed: list[set[str]] = []
     for index, item in enumerate(raw):
         where = prefix.format(index=index)
-        parsed, unparsed = _item_fields(item, _failed_fields(flat, where), context, flat, where)
+        failed_here = _failed_fields(flat, where)
+        parsed, unparsed = _item_fields(_item_keys(item, bulk=bulk), failed_here, context, flat, where)
         items.append(parsed)
         failed.append(unparsed)
     project = None if "project" in flat else _project(body, context)
@@ -61,6 +71,36 @@ def with_rule_errors(
         if path not in flat:
             flat[path] = [_detail(error) for error in errors]
     return serializers.ValidationError(flat)
+
+
+def unknown_keys(body: Any, *, bulk: bool) -> list[str]:
+    """Return the paths of the keys in a submission body that no input field reads (`privileged`, `items[2].pid`).
+
+    DRF's serializers drop such keys silently; a submission naming one must be
+    refused instead (`unknown_field`), so the view checks for them first.
+    """
+    raw = _raw_items(body, bulk=bulk)
+    if raw is None:
+        return []
+    known = set(WorkloadItemSerializer().fields)
+    found = sorted(set(body) - set(BulkInputSerializer().fields), key=str) if bulk else []
+    for index, item in enumerate(raw):
+        where = f"items[{index}]." if bulk else ""
+        if isinstance(item, Mapping):
+            found.extend(f"{where}{key}" for key in _item_keys(item, bulk=bulk) if key not in known)
+    return [str(path) for path in found]
+
+
+def _item_keys(item: Any, *, bulk: bool) -> Any:
+    """Return a submission item without the single body's `project` (the body is its one item)."""
+    if bulk or not isinstance(item, Mapping):
+        return item
+    return {key: value for key, value in item.items() if key != "project"}
+
+
+def _unknown(key: str) -> ErrorDetail:
+    fields = ", ".join(sorted(BulkInputSerializer().fields))
+    return ErrorDetail(f"Unknown field; allowed: {fields}.", code="unknown_field")
 
 
 def raise_rule_errors(actor: Actor, project: Project, items: list[dict[str, Any]], *, bulk: bool) -> list[WorkloadSpec]:
@@ -121,12 +161,18 @@ def _item_fields(
 
 
 def _parsed(item: Mapping[str, Any], failed: set[str]) -> dict[str, Any]:
-    """Return the item's fields the serializer took, as it took them (those it refused left out)."""
+    """Return the item's fields the serializer took, as it took them (those it refused left out).
+
+    A key no field reads is kept as sent: the service's own rule names it (`unknown_field`).
+    """
     fields = WorkloadItemSerializer().fields
     parsed: dict[str, Any] = {}
     for name, value in item.items():
         field = fields.get(name)
-        if field is None or name in failed:
+        if field is None:
+            parsed[name] = value
+            continue
+        if name in failed:
             continue
         try:
             parsed[name] = field.run_validation(value)

@@ -18,14 +18,14 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounting.budget_notes import launch_notes, most_gpu_seconds
 from common.api.schema import SingleObjectSchema
 from jobs import selectors, services
+from jobs.accounting_port import accounting
 from jobs.api import image_serializers as im
 from jobs.api import log_serializers as logs_s
 from jobs.api import serializers as s
 from jobs.api.filters import WorkloadFilter
-from jobs.api.submission_errors import raise_rule_errors, with_rule_errors
+from jobs.api.submission_errors import raise_rule_errors, unknown_keys, with_rule_errors
 from jobs.models import AllowedImage, LaunchPreset, Workload
 from jobs.services import images, presets
 from jobs.services.spec import WorkloadSpec
@@ -50,16 +50,22 @@ def _submission_input(view: TenantViewSet, *, bulk: bool) -> dict[str, Any]:
     """Return the view's validated submission body; raise naming every failing field, shape and rule alike."""
     assert view.input_serializer_class is not None
     try:
-        return view.validated_input(view.input_serializer_class)
+        data = view.validated_input(view.input_serializer_class)
     except ValidationError as refused:
         context = view.get_serializer_context()
         raise with_rule_errors(refused, view.request.data, context, actor=view.actor, bulk=bulk) from None
+    if unknown_keys(view.request.data, bulk=bulk):
+        # The serializer dropped keys it does not read (`privileged`, `volumes`): refuse them, with every other rule.
+        nothing = ValidationError({})
+        context = view.get_serializer_context()
+        raise with_rule_errors(nothing, view.request.data, context, actor=view.actor, bulk=bulk)
+    return data
 
 
 def _budget_notes(project: Project, specs: list[WorkloadSpec]) -> list[str]:
-    """Return what the budgets over `project` say about work of `specs` (`accounting.budget_notes`)."""
+    """Return what the budgets over `project` say about work of `specs` (asked of accounting)."""
     jobs = [(spec.gpus_per_replica * spec.replicas, spec.max_runtime_seconds) for spec in specs]
-    return launch_notes(project, most_gpu_seconds(jobs), now=timezone.now(), count=len(specs))
+    return accounting().launch_notes(project, jobs, now=timezone.now())
 
 
 def _status(submission: services.Submission) -> int:
@@ -98,7 +104,7 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
     """A tenant's workloads: everyone in the tenant reads; members submit and cancel their own, admins any."""
 
     serializer_class = s.WorkloadSerializer
-    input_serializer_class = s.WorkloadInputSerializer  # the submission ingest runs it too (jobs.api.ingest_plan)
+    input_serializer_class = s.WorkloadInputSerializer  # the submission ingest runs it too (jobs.api.fast_ingest_plan)
     write_role = Role.MEMBER
     filterset_class = WorkloadFilter
     ordering_fields = ["submitted_at", "state", "queue_position", "name"]
@@ -116,8 +122,9 @@ class WorkloadEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]  # mypy can
         context = super().get_serializer_context()
         actor = getattr(self, "actor", None)
         context["viewer_id"] = actor.user.pk if actor is not None and actor.user is not None else None
-        # As the notebook proxy decides: a tenant admin may open anyone's notebook, an operator only as one.
-        context["viewer_is_admin"] = getattr(self, "role", None) == Role.ADMIN
+        # The role it acts with: the notebook rule counts a token's capped role and an operator's as no more;
+        # what it may do to the workload (`actions`) follows from it too.
+        context["viewer_role"] = getattr(self, "role", None)
         return context
 
     @extend_schema(
@@ -203,7 +210,7 @@ class WorkloadBulkEndpoint(TenantViewSet):
     """Submit many workloads into one project in one all-or-nothing call (POST only)."""
 
     serializer_class = s.WorkloadSerializer
-    input_serializer_class = s.BulkInputSerializer  # the submission ingest runs it too (jobs.api.ingest_plan)
+    input_serializer_class = s.BulkInputSerializer  # the submission ingest runs it too (jobs.api.fast_ingest_plan)
     write_role = Role.MEMBER
 
     def scoped_queryset(self) -> QuerySet[Workload]:

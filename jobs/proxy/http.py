@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable
 from common.asgitypes import Receive, Scope, Send
 from jobs.proxy.rewrite import SecretMask, downstream_headers, upstream_headers, upstream_url
 from jobs.selectors import ProxyTarget
-from jobs.upstream import UpstreamError, UpstreamPool, UpstreamResponse, UpstreamTimeout
+from jobs.upstream import Upstream, UpstreamAnswer, UpstreamError, UpstreamTimeout
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
-async def proxy_http(pool: UpstreamPool, scope: Scope, receive: Receive, send: Send, target: ProxyTarget) -> None:
+async def proxy_http(pool: Upstream, scope: Scope, receive: Receive, send: Send, target: ProxyTarget) -> None:
     """Forward the request to `target` through `pool` and relay the response; the caller has checked access."""
     try:
         response = await pool.request(
@@ -96,12 +96,12 @@ async def proxy_http(pool: UpstreamPool, scope: Scope, receive: Receive, send: S
         await response.aclose()
 
 
-async def _stream_response(response: UpstreamResponse, receive: Receive, send: Send, target: ProxyTarget) -> None:
+async def _stream_response(response: UpstreamAnswer, receive: Receive, send: Send, target: ProxyTarget) -> None:
     """Relay the response as it comes; stop reading the upstream as soon as the browser disconnects."""
     await _first_of(_relay_body(response, send, target), _until_disconnect(receive))
 
 
-async def _relay_body(response: UpstreamResponse, send: Send, target: ProxyTarget) -> None:
+async def _relay_body(response: UpstreamAnswer, send: Send, target: ProxyTarget) -> None:
     mask = SecretMask(target.secret)
     headers = downstream_headers(response.headers, mask)
     await send({"type": "http.response.start", "status": response.status, "headers": headers})

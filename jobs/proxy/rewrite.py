@@ -1,10 +1,14 @@
 """What the proxy changes on the way: headers and URL up, headers, bodies and frames down.
 
-Upstream, the console's own credentials (session and CSRF cookies, any
-`Authorization`) and hop-by-hop headers are dropped, and the notebook's
-session token is added. Downstream, only Jupyter's XSRF cookie passes, and
-every occurrence of the session secret is masked (`SecretMask`): the secret
-never reaches the browser.
+Upstream, credentials (the console's session and CSRF cookies, should a
+browser send them, the notebook origin's own cookie, any `Authorization`)
+and hop-by-hop headers are dropped, and the notebook's session token is
+added: the notebook's owner never sees a credential of whoever opens it.
+Downstream, only Jupyter's XSRF cookie passes, every occurrence of the
+session secret is masked (`SecretMask`): the secret never reaches the
+browser; `Service-Worker-Allowed` is dropped (no service worker of a
+notebook claims a scope wider than its notebook's path) and a few
+hardening headers are added where the upstream set none.
 """
 
 from __future__ import annotations
@@ -80,7 +84,9 @@ def _dropped(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
 
 
 def _console_cookies() -> frozenset[str]:
-    return frozenset({settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME})
+    # On one host (ports apart, as `gpucloud up` serves) a browser sends the console's cookies to the
+    # notebook origin too: cookies are not kept apart by port.
+    return frozenset({settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME, settings.NOTEBOOK_COOKIE_NAME})
 
 
 def _without_console_cookies(headers: Iterable[tuple[bytes, bytes]]) -> str:
@@ -125,14 +131,27 @@ def _set_cookie_passes(value: bytes) -> bool:
     return name in _PASSED_COOKIES and name not in _console_cookies()
 
 
+# Added to every notebook response that does not set them itself; none of them stops JupyterLab working.
+_HARDENING = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+)
+
+
 def downstream_headers(headers: list[tuple[bytes, bytes]], mask: SecretMask) -> list[tuple[bytes, bytes]]:
-    """Return the upstream's response headers fit for the browser: no hop-by-hop, no credentials, secret masked."""
-    dropped = _dropped(headers)
-    return [
+    """Return the upstream's response headers fit for the browser: no hop-by-hop, no credentials, secret masked.
+
+    `Service-Worker-Allowed` never passes, and the hardening headers are added where the upstream set none.
+    """
+    dropped = _dropped(headers) | {b"service-worker-allowed"}
+    kept = [
         (key.lower(), mask.replace(value))
         for key, value in headers
         if key.lower() not in dropped and (key.lower() != b"set-cookie" or _set_cookie_passes(value))
     ]
+    present = {key for key, _ in kept}
+    return kept + [(key, value) for key, value in _HARDENING if key not in present]
 
 
 def upstream_url(endpoint: str, scope: Scope, *, websocket: bool = False) -> str:

@@ -17,7 +17,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from common.asgitypes import Message, Receive, Scope, Send
-from jobs.proxy.access import _access_changes, authorize, session_key
+from jobs.proxy.access import _access_changes, authorize, notebook_cookie
 from jobs.proxy.http import CONNECT_TIMEOUT, _first_of
 from jobs.proxy.rewrite import SecretMask, _origin, upstream_headers, upstream_url
 from jobs.selectors import ProxyTarget
@@ -64,7 +64,7 @@ async def proxy_websocket(scope: Scope, receive: Receive, send: Send, target: Pr
         await _first_of(
             _upstream_to_browser(upstream, browser, SecretMask(target.secret)),
             _browser_to_upstream(browser, upstream),
-            _until_access_lost(session_key(scope), target, browser, upstream),
+            _until_access_lost(notebook_cookie(scope), target, browser, upstream),
         )
 
 
@@ -105,7 +105,7 @@ class BrowserLeg:
 
 
 async def _until_access_lost(
-    key: str | None, target: ProxyTarget, browser: BrowserLeg, upstream: ClientConnection
+    cookie: str | None, target: ProxyTarget, browser: BrowserLeg, upstream: ClientConnection
 ) -> None:
     """Re-check access whenever it may have changed; once lost, close the browser with 4403 and the upstream.
 
@@ -113,7 +113,7 @@ async def _until_access_lost(
     deactivated tenant or user, or a logout ends an open kernel connection too.
     """
     async for _ in _access_changes(target.user_id):
-        if await database_sync_to_async(authorize)(key, target.workload_id) is None:
+        if await database_sync_to_async(authorize)(cookie, target.workload_id) is None:
             break
     await browser.close(REVOKED)
     await upstream.close()

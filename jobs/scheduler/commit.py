@@ -24,8 +24,8 @@ from typing import Any
 
 from django.db.models import F
 
-from jobs import dispatch, live, sql
-from jobs.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
+from jobs import dispatch, fast_sql, live
+from jobs.choices import ACTIVE_STATES, WORKLOAD_TRANSITIONS, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, Workload, WorkloadEvent
 from jobs.scheduler import core
 from jobs.scheduler.snapshot import Ledger, Row
@@ -96,6 +96,7 @@ def _preempt(preemptions: tuple[core.Preemption, ...], ledger: Ledger, now: date
 
 def _requeue_or_end(row: Row, preemption: core.Preemption, now: datetime, *, stopping: bool) -> list[WorkloadEvent]:
     code, message = preemption.reason.value, _preemption_message(preemption)
+    WORKLOAD_TRANSITIONS.check(row["state"], WorkloadState.PREEMPTED)
     preempted = _event(row, row["state"], WorkloadState.PREEMPTED, code, message, now)
     preempted.lost_gpu_seconds = preemption.lost_gpu_seconds
     preempted.overhead_gpu_seconds = preemption.overhead_gpu_seconds
@@ -106,8 +107,10 @@ def _requeue_or_end(row: Row, preemption: core.Preemption, now: datetime, *, sto
         attained_seconds=F("attained_seconds") + kept_seconds(row),
     )
     if stopping:
-        victim.update(
-            state=WorkloadState.PREEMPTED,
+        WORKLOAD_TRANSITIONS.move(
+            victim,
+            from_states=ACTIVE_STATES,
+            to_state=WorkloadState.PREEMPTED,
             reason_code=code,
             reason_message=message,
             finished_at=now,
@@ -116,9 +119,12 @@ def _requeue_or_end(row: Row, preemption: core.Preemption, now: datetime, *, sto
         return [preempted]
     if row["kind"] != WorkloadKind.JOB:
         # A notebook that never launched hibernates at once: its owner resumes it (settling does it otherwise).
+        # One UPDATE takes both steps its events record (active -> preempted -> hibernated).
+        WORKLOAD_TRANSITIONS.check(WorkloadState.PREEMPTED, WorkloadState.HIBERNATED)
         victim.update(state=WorkloadState.HIBERNATED, reason_code=code, reason_message=message, finished_at=now)
         hibernated = _event(row, WorkloadState.PREEMPTED, WorkloadState.HIBERNATED, code, "Hibernated.", now)
         return [preempted, hibernated]
+    WORKLOAD_TRANSITIONS.check(WorkloadState.PREEMPTED, WorkloadState.PENDING)
     victim.update(
         state=WorkloadState.PENDING,
         attempt=F("attempt") + 1,
@@ -203,8 +209,10 @@ def _place(
     ]
     placed = _lock_in_state(ready, [WorkloadState.PENDING])
     result.skipped += len(placements) - len(placed)
-    Workload.all_tenants.filter(pk__in=placed).update(
-        state=WorkloadState.SCHEDULED,
+    WORKLOAD_TRANSITIONS.move(
+        Workload.all_tenants.filter(pk__in=placed),
+        from_states=[WorkloadState.PENDING],
+        to_state=WorkloadState.SCHEDULED,
         scheduled_at=now,
         reason_code="",
         reason_message="",
@@ -276,7 +284,7 @@ def _record_waiting(waiting: Mapping[str, core.Waiting], ledger: Ledger, result:
     result.waiting = len(waiting)
     if not rows:
         return []
-    sql.record_reasons(rows, pending=WorkloadState.PENDING.value)
+    fast_sql.record_reasons(rows, pending=WorkloadState.PENDING.value)
     return [row[-1] for row in rows]
 
 
@@ -301,7 +309,7 @@ def _record_plans(decisions: core.Decisions, ledger: Ledger, now: datetime) -> l
         if _plan_changed(current, estimate, reservation):
             rows.append((*estimate, *reservation, current["id"]))
     if rows:
-        sql.record_plans(rows, pending=WorkloadState.PENDING.value)
+        fast_sql.record_plans(rows, pending=WorkloadState.PENDING.value)
     return [row[-1] for row in rows]
 
 

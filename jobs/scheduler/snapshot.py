@@ -12,13 +12,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from accounting.budget_choices import HardAction
-from accounting.budgets import budget_states
-from accounting.selectors.decayed import decayed_gpu_seconds
 from inventory.choices import GpuHealth, NodeState, RuntimeKind, StorageKind
 from inventory.models import Gpu, Node, NodePool, StorageBackend
 from inventory.services.mounts import storage_needs
 from inventory.services.storage import DEFAULT_BACKEND_NAME, mountable_backends
+from jobs.accounting_port import accounting
 from jobs.choices import ACTIVE_STATES, PRIORITY_VALUES, WorkloadState
 from jobs.models import Allocation, Workload
 from jobs.scheduler import core
@@ -56,8 +54,8 @@ def build_snapshot(*, now: datetime, config: core.SchedulerConfig) -> tuple[core
     Seven queries, two more for the storage backends, three more for
     where pending work's volumes are when there is pending work, one
     for the budgets the core enforces (one more per period in use when
-    there are some: `accounting.budgets`), and up to four for the decayed
-    usage (`accounting.selectors.decayed`: none when no pool keeps history).
+    there are some), and up to four for the decayed usage (none when no pool
+    keeps history): both asked of accounting through `jobs.accounting_port`.
 
     Each workload's time: `limit_s` is its own maximum runtime (set at
     submission from its spec, preset or quota), else its project's, else its
@@ -98,7 +96,8 @@ def _usage(now: datetime, pools: Sequence[Row], quotas: _Quotas, workloads: list
     Owners are named from the quotas and the workloads already read; one with
     neither holds nothing and asks for nothing, so the core needs none of its history.
     """
-    found = decayed_gpu_seconds(now=now, half_lives={pool["id"]: pool["usage_half_life_seconds"] for pool in pools})
+    half_lives = {pool["id"]: pool["usage_half_life_seconds"] for pool in pools}
+    found = accounting().decayed_gpu_seconds(now=now, half_lives=half_lives)
     tenants = {**quotas.tenant_slugs, **{row["tenant_id"]: row["tenant__slug"] for row in workloads}}
     projects = {**quotas.project_slugs, **{row["project_id"]: row["project__slug"] for row in workloads}}
     pool_names = {pool["id"]: pool["name"] for pool in pools}
@@ -116,20 +115,7 @@ def _usage(now: datetime, pools: Sequence[Row], quotas: _Quotas, workloads: list
 
 def _budgets(now: datetime) -> tuple[core.BudgetState, ...]:
     """Return the budgets in force whose hard action the core enforces, with what their owners used."""
-    enforced = [HardAction.STOP_BORROWING.value, HardAction.STOP_RUNNING.value]
-    return tuple(
-        core.BudgetState(
-            tenant=state.budget.tenant.slug,
-            project=state.budget.project.slug if state.budget.project is not None else None,
-            action=core.BudgetAction(state.budget.hard_action),
-            used=float(state.used),
-            amount=float(state.amount),
-            unit=state.unit_label,
-            period=state.period_label,
-        )
-        for state in budget_states(now=now, actions=enforced)
-        if state.in_force
-    )
+    return accounting().enforced_budgets(now=now)
 
 
 def _pool(row: Row, with_nodes: set[str], in_service: set[str]) -> core.Pool:
@@ -199,7 +185,7 @@ def _nodes(
     rows = list(
         Node.objects.exclude(state__in=_NOT_IN_SERVICE)
         .order_by("name")
-        .values("id", "name", "pool_id", "state", "cpu_cores", "memory_mb", "runtime", "swarm", "swarm_manager")
+        .values("id", "name", "pool_id", "state", "cpu_cores", "memory_mib", "runtime", "swarm", "swarm_manager")
     )
     backends = list(StorageBackend.objects.order_by("name"))
     if not any(backend.is_default for backend in backends):
@@ -225,7 +211,7 @@ def _nodes(
             ledger.gpu_ids[gpu["uuid"]] = gpu["id"]
             healthy = gpu["present"] and gpu["health"] not in _UNUSABLE_HEALTH
             gpus.append(core.Gpu(gpu["uuid"], gpu["index"], gpu["model"], healthy, gpu["id"] not in held))
-        cpu, memory = row["cpu_cores"] * 1000, row["memory_mb"]
+        cpu, memory = row["cpu_cores"] * 1000, row["memory_mib"]
         nodes.append(
             core.Node(
                 name=row["name"],

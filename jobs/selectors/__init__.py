@@ -5,8 +5,10 @@ it) unless their docstring says they look across tenants, which only the
 controller's hooks do.
 
 One module a concern, every read re-exported here: `workloads` (workloads,
-presets, allowed images), `logs`, `progress` (a launch's steps), `proxy` (the notebook proxy's access
-read), `live` (the WebSocket streams'), `telemetry` (GPU use) and `usage` (what work holds against quotas).
+presets, allowed images), `logs`, `progress` (a launch's steps),
+`notebook_access` (who may open a notebook: the proxy, the hand-off, the
+pages and the API ask it), `live` (the WebSocket streams'), `telemetry`
+(GPU use) and `usage` (what work holds against quotas).
 """
 
 from jobs.selectors.live import (
@@ -23,6 +25,12 @@ from jobs.selectors.live import (
     watchable_workload,
 )
 from jobs.selectors.logs import LogLine, LogPage, iter_log_lines, log_lines_after, output_settled, workload_log
+from jobs.selectors.notebook_access import (
+    ProxyTarget,
+    is_notebook_opener,
+    may_open_notebook,
+    notebook_proxy_target,
+)
 from jobs.selectors.progress import (
     LaunchStep,
     attempt_began,
@@ -33,7 +41,6 @@ from jobs.selectors.progress import (
     reason_label,
     replicas_of_current_attempt,
 )
-from jobs.selectors.proxy import ProxyTarget, notebook_proxy_target
 from jobs.selectors.telemetry import GpuUsage, gpu_usage_by_tenant, minutes_while_held, workload_gpu_minutes
 from jobs.selectors.usage import (
     QuotaUse,
@@ -70,6 +77,7 @@ __all__ = [
     "capacity_due",
     "current_launch_steps",
     "gpu_usage_by_tenant",
+    "is_notebook_opener",
     "iter_log_lines",
     "launch_steps",
     "live_events_scope",
@@ -82,6 +90,7 @@ __all__ = [
     "live_workload_rows",
     "live_workload_state",
     "log_lines_after",
+    "may_open_notebook",
     "minutes_while_held",
     "notebook_proxy_target",
     "notebooks_awaiting_owner",

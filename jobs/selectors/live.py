@@ -70,16 +70,17 @@ def live_workload_rows(workload_ids: list[int]) -> list[tuple[int, LiveRow]]:
     return [(values["tenant_id"], _live_row(values)) for values in rows]
 
 
-def live_rows_of_tenant(tenant_id: int, *, project_id: int | None = None) -> list[LiveRow]:
+def live_rows_of_tenant(tenant: Tenant, *, project_id: int | None = None) -> list[LiveRow]:
     """Return the rows of a tenant's workloads that have not ended (of one project when given), oldest first.
 
-    Names its tenant instead of relying on the scope: the events stream
-    calls it after `live_events_scope` allowed that tenant.
+    Reads in `tenant`'s scope (a consumer has no request scope): the events
+    stream calls it after `live_events_scope` allowed that tenant.
     """
-    workloads = Workload.all_tenants.filter(tenant_id=tenant_id).exclude(state__in=TERMINAL_STATES)
-    if project_id is not None:
-        workloads = workloads.filter(project_id=project_id)
-    return [_live_row(values) for values in workloads.order_by("submitted_at", "pk").values(*_LIVE_ROW_FIELDS)]
+    with tenant_scope(tenant):
+        workloads = Workload.objects.exclude(state__in=TERMINAL_STATES)
+        if project_id is not None:
+            workloads = workloads.filter(project_id=project_id)
+        return [_live_row(values) for values in workloads.order_by("submitted_at", "pk").values(*_LIVE_ROW_FIELDS)]
 
 
 def live_events_scope(actor: Actor, tenant_slug: str, project_slug: str | None) -> tuple[Tenant, Project | None] | None:
@@ -93,7 +94,8 @@ def live_events_scope(actor: Actor, tenant_slug: str, project_slug: str | None) 
         return None
     if project_slug is None:
         return tenant, None
-    project = Project.all_tenants.filter(tenant=tenant, slug=project_slug).first()
+    with tenant_scope(tenant):
+        project = Project.objects.filter(slug=project_slug).first()
     return (tenant, project) if project is not None else None
 
 
@@ -109,9 +111,13 @@ def watchable_workload(actor: Actor, workload_id: int) -> Workload | None:
     return workload
 
 
-def live_workload_state(workload_id: int) -> str | None:
-    """Return the workload's state now, or None when it no longer exists. Looks across tenants."""
-    return Workload.all_tenants.filter(pk=workload_id).values_list("state", flat=True).first()
+def live_workload_state(workload: Workload) -> str | None:
+    """Return the workload's state now, or None when it no longer exists.
+
+    `workload` must come from `watchable_workload`; the read runs in its tenant's scope.
+    """
+    with tenant_scope(workload.tenant):
+        return Workload.objects.filter(pk=workload.pk).values_list("state", flat=True).first()
 
 
 def live_log_lines(workload: Workload, *, since: int, limit: int) -> list[list[Any]]:
@@ -131,17 +137,24 @@ def live_log_tail(workload: Workload, *, tail: int) -> tuple[int, list[list[Any]
     Counts the lines now rather than trusting `workload` (read earlier):
     the caller continues from the returned number.
     """
-    log_seq = Workload.all_tenants.filter(pk=workload.pk).values_list("log_seq", flat=True).first() or 0
+    with tenant_scope(workload.tenant):
+        log_seq = Workload.objects.filter(pk=workload.pk).values_list("log_seq", flat=True).first() or 0
     lines = live_log_lines(workload, since=max(log_seq - tail, 0), limit=tail) if tail > 0 else []
     return log_seq, lines
 
 
-def live_workload_gpus(workload_id: int) -> list[dict[str, Any]]:
-    """Return the GPUs the workload holds now as {uuid, index, node, model}, by node and index. Looks across tenants."""
-    allocations = Allocation.all_tenants.filter(workload_id=workload_id, released_at__isnull=True, gpu__isnull=False)
-    rows = allocations.order_by("node__name", "gpu__index").values_list(
-        "gpu__uuid", "gpu__index", "node__name", "gpu__model"
-    )
+def live_workload_gpus(workload: Workload) -> list[dict[str, Any]]:
+    """Return the GPUs the workload holds now as {uuid, index, node, model}, by node and index.
+
+    `workload` must come from `watchable_workload`; the read runs in its tenant's scope.
+    """
+    with tenant_scope(workload.tenant):
+        allocations = Allocation.objects.filter(workload_id=workload.pk, released_at__isnull=True, gpu__isnull=False)
+        rows = list(
+            allocations.order_by("node__name", "gpu__index").values_list(
+                "gpu__uuid", "gpu__index", "node__name", "gpu__model"
+            )
+        )
     return [{"uuid": uuid, "index": index, "node": node, "model": model} for uuid, index, node, model in rows]
 
 

@@ -91,15 +91,16 @@ def replicas_with_output_short(now: datetime) -> QuerySet[Replica]:
     )
 
 
-def output_settled(workload_id: int, *, now: datetime | None = None) -> bool:
-    """Return whether workload `workload_id` has ended and all its output is stored: no more lines will come.
+def output_settled(workload: Workload, *, now: datetime | None = None) -> bool:
+    """Return whether `workload` has ended (as stored now) and all its output is stored: no more lines will come.
 
-    Looks across tenants (its id names it); callers hold the access check.
+    Reads its state in its tenant's scope; callers hold the access check.
     """
-    state = Workload.all_tenants.filter(pk=workload_id).values_list("state", flat=True).first()
+    with tenant_scope(workload.tenant):
+        state = Workload.objects.filter(pk=workload.pk).values_list("state", flat=True).first()
     if state not in TERMINAL_STATES:
         return False
-    return not replicas_with_output_short(now or timezone.now()).filter(workload_id=workload_id).exists()
+    return not replicas_with_output_short(now or timezone.now()).filter(workload_id=workload.pk).exists()
 
 
 def workload_log(workload: Workload, *, since: int | None, limit: int) -> LogPage:
@@ -123,7 +124,7 @@ def _read_to_the_end(workload: Workload, next_since: int) -> bool:
     # reaches that count has them all (the other order could miss a batch stored in between).
     if replicas_with_output_short(timezone.now()).filter(workload_id=workload.pk).exists():
         return False
-    stored = Workload.all_tenants.filter(pk=workload.pk).values_list("log_seq", flat=True).first() or 0
+    stored = Workload.objects.filter(pk=workload.pk).values_list("log_seq", flat=True).first() or 0
     return next_since >= stored
 
 

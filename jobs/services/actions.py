@@ -21,6 +21,7 @@ from jobs.services.stopping import stop_workload
 from jobs.triggers import request_scheduling_pass
 from tenants.choices import Role
 from tenants.context import Actor
+from tenants.scoping import tenant_scope
 from tenants.services.access import require_role
 from tenants.services.audit import record_audit_event
 
@@ -33,12 +34,23 @@ CANCELLABLE_STATES: tuple[WorkloadState, ...] = (
     WorkloadState.HIBERNATED,
 )
 RESTARTABLE_STATES: tuple[WorkloadState, ...] = (*TERMINAL_STATES, WorkloadState.PREEMPTED)
+# Cancelling one of these stops its replicas first (the pages call it Stop).
+STARTED_STATES: tuple[WorkloadState, ...] = (WorkloadState.STARTING, WorkloadState.RUNNING)
+# Only notebooks hibernate, from any state that holds GPUs.
+HIBERNATABLE_STATES: tuple[WorkloadState, ...] = tuple(ACTIVE_STATES)
+
+
+def may_act(role: Role, *, owner_id: int, viewer_id: int | None) -> bool:
+    """Return whether a viewer with `role` (and user id `viewer_id`) may act on a workload of `owner_id`:
+    members on their own, tenant admins and operators on any, viewers never."""
+    mine = viewer_id is not None and owner_id == viewer_id
+    return role.at_least(Role.MEMBER) and (role.at_least(Role.ADMIN) or mine)
 
 
 def require_actor(actor: Actor, workload: Workload) -> None:
     """Raise Http404 or PermissionDenied unless `actor` may act on `workload`: its owner (a member), or an admin."""
     role = require_role(actor, workload.tenant, Role.MEMBER)
-    if not role.at_least(Role.ADMIN) and (actor.user is None or workload.owner_id != actor.user.pk):
+    if not may_act(role, owner_id=workload.owner_id, viewer_id=actor.user.pk if actor.user is not None else None):
         raise PermissionDenied("Members can act only on their own workloads.")
 
 
@@ -70,8 +82,18 @@ def _illegal(current: Workload, requested: WorkloadState, rule: str) -> Conflict
 
 
 def reloaded(workload: Workload) -> Workload:
-    """Return `workload` read again with its project, pool, owner and tenant, as an action answers it."""
-    return Workload.all_tenants.select_related("project", "pool", "owner", "tenant").get(pk=workload.pk)
+    """Return `workload` read again with its project, pool, owner and tenant, as an action answers it.
+
+    Reads under the workload's own tenant scope, whatever scope (if any) the caller runs in.
+    """
+    with tenant_scope(workload.tenant):
+        return Workload.objects.select_related("project", "pool", "owner", "tenant").get(pk=workload.pk)
+
+
+def still_stopping(workload: Workload) -> bool:
+    """Return whether an earlier attempt of `workload` still holds GPUs (an allocation not yet released)."""
+    with tenant_scope(workload.tenant):
+        return Allocation.objects.filter(workload_id=workload.pk, released_at__isnull=True).exists()
 
 
 def record_action(*, actor: Actor, action: str, workload: Workload, before: str, new_attempt: bool = False) -> None:
@@ -95,7 +117,7 @@ def cancel_workload(*, actor: Actor, workload: Workload) -> Workload:
     """
     require_actor(actor, workload)
     before = workload.state
-    running = before in ACTIVE_STATES and before != WorkloadState.SCHEDULED
+    running = before in STARTED_STATES
     verb = "Stopped" if running else "Cancelled"
     moved = stop_workload(
         workload_id=workload.pk,
@@ -122,7 +144,7 @@ def restart_workload(*, actor: Actor, workload: Workload) -> Workload:
     last attempt still holds GPUs.
     """
     require_actor(actor, workload)
-    if Allocation.all_tenants.filter(workload_id=workload.pk, released_at__isnull=True).exists():
+    if still_stopping(workload):
         raise Conflict(
             f"Workload {workload.name} is still stopping; restart it once its GPUs are released.",
             code="still_stopping",

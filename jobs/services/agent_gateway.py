@@ -3,17 +3,22 @@
 A joined agent speaks HTTPS only (`jobs.api.agent`). It posts batches of
 messages and long-polls for commands; this module is the rule for both:
 
-- `check_messages` refuses a batch with anything that is not this node's
-  own: a report on another node's replica, a heartbeat naming another node
-  or carrying another node's GPU, a result of a command sent elsewhere, a
-  task outside the reports an agent makes, or arguments the task does not
-  take. Nothing of a refused batch is delivered.
+- `check_messages` refuses a batch with anything malformed or not this
+  node's own. Malformed (`Rejection.invalid`): a task outside the reports
+  an agent makes, arguments that do not decode as that report's protocol
+  message (`common.protocol`: types, ranges, known values, no unknown or
+  missing keys; every bad field is named), a message `version` this
+  console does not read. Not its own: a report on another node's replica,
+  a heartbeat naming another node or carrying another node's GPU, a start
+  whose endpoint is not on the node (`jobs.services.endpoints`), a result
+  of a command sent elsewhere. Nothing of a refused batch is delivered.
 - `deliver_messages` hands the rest to the same places the co-located
   agent uses: report tasks to the control or ingest queue, heartbeats to
   the mailbox, samples to the node's live group, probe results to the
   callback the controller linked. The node is always the credential's.
 - `take_commands` pops the node's Celery queue (`node.<name>`) on the
-  agent's behalf and turns each message into `{id, task, args, kwargs}`.
+  agent's behalf and turns each message into `{id, task, version, args,
+  kwargs}` (`version`: of the command's protocol message).
 
 Delivery is at least once both ways. A batch whose answer was lost is
 sent again, and every report is idempotent (log batches are chained by
@@ -26,7 +31,6 @@ once.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -39,33 +43,40 @@ from django.core.cache import cache
 from django.db.models import Q
 
 from common import doorbell
-from common.control import queue_for
+from common.control import VERSION_HEADER, queue_for
+from common.protocol import BY_TASK, Message, ProtocolError
+from common.protocol.messages import (
+    COMMANDS,
+    Heartbeat,
+    LiveSamples,
+    LogBatches,
+    NodeReplicas,
+    Reconcile,
+    ReplicaCheckpointed,
+    ReplicaExited,
+    ReplicaPulling,
+    ReplicaReady,
+    ReplicaStarted,
+)
 from inventory.agent.reporter import node_gpu_group
 from inventory.agent.transport import publish_samples
 from inventory.mailbox import post_report
 from inventory.models import Gpu, Node, agent_queue_for
 from jobs.models import Replica
+from jobs.services.endpoints import endpoint_problem
 
 log = logging.getLogger(__name__)
 
 REPLICA_TASKS = frozenset(
-    {
-        "jobs.replica_started",
-        "jobs.replica_pulling",
-        "jobs.replica_ready",
-        "jobs.replica_exited",
-        "jobs.replica_checkpointed",
-    }
+    message.TASK for message in (ReplicaStarted, ReplicaPulling, ReplicaReady, ReplicaExited, ReplicaCheckpointed)
 )
-LOG_TASK = "jobs.ingest_log_batches"
-NODE_TASK = "jobs.node_replicas"
-FREE_TASKS = frozenset({"jobs.reconcile"})
+LOG_TASK = LogBatches.TASK
+NODE_TASK = NodeReplicas.TASK
+FREE_TASKS = frozenset({Reconcile.TASK})
 REPORT_TASKS = REPLICA_TASKS | FREE_TASKS | {LOG_TASK, NODE_TASK}
 """Every task an agent's reports may name; anything else is refused."""
 
-COMMAND_TASKS = frozenset(
-    {"agent.probe_node", "agent.start_replica", "agent.stop_replica", "agent.watch_replica", "agent.list_replicas"}
-)
+COMMAND_TASKS = frozenset(message.TASK for message in COMMANDS)
 """What the controller sends a node's queue; anything else found there is dropped, not handed out."""
 
 MESSAGE_KINDS = frozenset({"task", "heartbeat", "samples", "result"})
@@ -78,13 +89,22 @@ _COMMAND_SECONDS = 86400
 
 @dataclass(frozen=True)
 class Rejection:
-    """One refused message: its index in the batch and the rule it broke."""
+    """One refused message: its index in the batch and the rule it broke.
+
+    `invalid`: the message is malformed (not the node's fault of ownership);
+    `fields` then names each bad field of its arguments and what is wrong.
+    """
 
     index: int
     reason: str
+    invalid: bool = False
+    fields: tuple[tuple[str, str], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "reason": self.reason}
+        found: dict[str, Any] = {"index": self.index, "reason": self.reason}
+        if self.fields:
+            found["fields"] = dict(self.fields)
+        return found
 
 
 ReplicaKey = tuple[int, int, int]
@@ -97,36 +117,44 @@ def _replica_key(kwargs: dict[str, Any]) -> ReplicaKey | None:
     return (int(values[0]), int(values[1]), int(values[2]))  # type: ignore[arg-type]  # ints, checked above
 
 
-def _signature_error(task: str, kwargs: dict[str, Any]) -> str | None:
-    """Return why `kwargs` do not fit `task`'s parameters, or None when they do."""
-    run = app.tasks[task].run
+def _invalid(index: int, reason: str, fields: dict[str, str] | None = None) -> Rejection:
+    return Rejection(index, reason, invalid=True, fields=tuple((fields or {}).items()))
+
+
+def _report_error(index: int, message: dict[str, Any]) -> Rejection | None:
+    """Return why a task message does not decode as the protocol message of the report it names, or None."""
+    task = message.get("task")
+    if task not in REPORT_TASKS:
+        return _invalid(index, f"task {task!r} is not a report an agent makes")
+    return _decode_error(index, BY_TASK[str(task)], message.get("kwargs", {}), message.get("version"))
+
+
+def _decode_error(index: int, kind: type[Message], data: Any, version: Any) -> Rejection | None:
+    """Return why `data` (of the message's `version`, None: unstated) does not decode as `kind`, or None."""
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        return _invalid(index, "version must be an integer")
     try:
-        inspect.signature(run).bind(**kwargs)
-    except TypeError as error:
-        return f"{task}: {error}"
+        kind.from_wire(data, version=version)
+    except ProtocolError as error:
+        return _invalid(index, f"{kind.TASK}: does not fit its protocol message", error.problems)
     return None
 
 
-def _shape_error(message: Any) -> str | None:
+def _shape_error(index: int, message: Any) -> Rejection | None:
     """Return why `message` is not a well-formed message of a known kind, or None."""
     if not isinstance(message, dict):
-        return "a message is a JSON object"
+        return _invalid(index, "a message is a JSON object")
     kind = message.get("kind")
     if kind not in MESSAGE_KINDS:
-        return f"kind must be one of {', '.join(sorted(MESSAGE_KINDS))}"
+        return _invalid(index, f"kind must be one of {', '.join(sorted(MESSAGE_KINDS))}")
     if kind == "task":
-        task, kwargs = message.get("task"), message.get("kwargs", {})
-        if task not in REPORT_TASKS:
-            return f"task {task!r} is not a report an agent makes"
-        if not isinstance(kwargs, dict):
-            return "kwargs must be an object"
-        return _signature_error(str(task), kwargs)
-    if kind == "heartbeat" and not isinstance(message.get("report"), dict):
-        return "report must be an object"
-    if kind == "samples" and not isinstance(message.get("samples"), list):
-        return "samples must be a list"
+        return _report_error(index, message)
+    if kind == "heartbeat":
+        return _decode_error(index, Heartbeat, message.get("report"), message.get("version"))
+    if kind == "samples":
+        return _decode_error(index, LiveSamples, {"samples": message.get("samples")}, message.get("version"))
     if kind == "result" and not isinstance(message.get("id"), str):
-        return "id must be the command's id"
+        return _invalid(index, "id must be the command's id")
     return None
 
 
@@ -141,6 +169,25 @@ def _replicas_named(index: int, message: dict[str, Any]) -> list[tuple[int, Repl
             return [(index, None)]
         return [(index, _replica_key(batch) if isinstance(batch, dict) else None) for batch in batches]
     return []
+
+
+def _endpoint_problem(node: Node, message: dict[str, Any]) -> str | None:
+    """Return why a start report's endpoint (argument or handle) is not on `node`, or None (`jobs.services.endpoints`).
+
+    A joined node is never the console's local node: a loopback endpoint is refused too.
+    """
+    if message["task"] != ReplicaStarted.TASK:
+        return None
+    kwargs = message.get("kwargs", {})
+    handle = kwargs.get("handle")
+    reported = [kwargs.get("endpoint", ""), handle.get("endpoint", "") if isinstance(handle, dict) else ""]
+    for endpoint in reported:
+        if not isinstance(endpoint, str):
+            return "not an http://HOST:PORT endpoint"
+        problem = endpoint_problem(endpoint, node, local=False)
+        if problem is not None:
+            return problem
+    return None
 
 
 def _replicas_on_node(node: Node, keys: Iterable[ReplicaKey]) -> set[ReplicaKey]:
@@ -169,20 +216,27 @@ def _foreign_gpus(node: Node, uuids: set[str]) -> set[str]:
 
 
 def check_messages(node: Node, messages: list[Any]) -> list[Rejection]:
-    """Return every message of the batch that `node` may not send, with the rule it broke; [] when all may go."""
-    rejections: list[Rejection] = []
+    """Return every message of the batch that `node` may not send, with the rule it broke; [] when all may go.
+
+    When any message is malformed, only the malformed ones are returned (all `invalid`): what a message
+    that does not decode claims is not judged.
+    """
     if len(messages) > MAX_MESSAGES:
-        return [Rejection(MAX_MESSAGES, f"a batch holds at most {MAX_MESSAGES} messages")]
+        return [_invalid(MAX_MESSAGES, f"a batch holds at most {MAX_MESSAGES} messages")]
+    malformed = [error for index, message in enumerate(messages) if (error := _shape_error(index, message))]
+    if malformed:
+        return malformed
+    rejections: list[Rejection] = []
     named: list[tuple[int, ReplicaKey | None]] = []
     uuids_by_index: dict[int, set[str]] = {}
     for index, message in enumerate(messages):
-        error = _shape_error(message)
-        if error is not None:
-            rejections.append(Rejection(index, error))
-            continue
         kind = message["kind"]
         if kind == "task":
             named.extend(_replicas_named(index, message))
+            problem = _endpoint_problem(node, message)
+            if problem is not None:
+                log.warning("node %s reported an endpoint the proxy may not use: %s", node.name, problem)
+                rejections.append(Rejection(index, f"endpoint refused: {problem}"))
             if message["task"] == NODE_TASK and message["kwargs"].get("node") != node.name:
                 rejections.append(Rejection(index, f"a node reports only its own replicas (node {node.name})"))
         elif kind == "heartbeat":
@@ -213,8 +267,9 @@ def deliver_messages(node: Node, messages: list[dict[str, Any]]) -> int:
     for message in messages:
         kind = message["kind"]
         if kind == "task":
-            task = message["task"]
-            app.send_task(task, kwargs=message.get("kwargs", {}), queue=queue_for(task))
+            task, version = message["task"], message.get("version")
+            headers = {VERSION_HEADER: version} if version is not None else None  # the version it was read as
+            app.send_task(task, kwargs=message.get("kwargs", {}), queue=queue_for(task), headers=headers)
         elif kind == "heartbeat":
             post_report({**message["report"], "node": node.name})
         elif kind == "samples":
@@ -249,7 +304,7 @@ def _expired(headers: dict[str, Any]) -> bool:
 def _command(node: Node, headers: dict[str, Any], payload: Any) -> dict[str, Any] | None:
     """Return the command a Celery message on the node's queue carries, or None for one not to hand out."""
     task = headers.get("task")
-    if task not in COMMAND_TASKS or not isinstance(payload, list | tuple) or len(payload) != 3:
+    if task not in BY_TASK or task not in COMMAND_TASKS or not isinstance(payload, list | tuple) or len(payload) != 3:
         log.warning("dropping message %r on %s's queue: not an agent command", task, node.name)
         return None
     if _expired(headers):
@@ -259,7 +314,13 @@ def _command(node: Node, headers: dict[str, Any], payload: Any) -> dict[str, Any
     callbacks = (embed or {}).get("callbacks") or []
     if callbacks:
         cache.set(_COMMAND_KEY.format(id=command_id), {"node": node.name, "callbacks": callbacks}, _COMMAND_SECONDS)
-    return {"id": command_id, "task": task, "args": list(args or []), "kwargs": dict(kwargs or {})}
+    return {
+        "id": command_id,
+        "task": task,
+        "version": headers.get(VERSION_HEADER, BY_TASK[task].VERSION),  # as its sender stamped it
+        "args": list(args or []),
+        "kwargs": dict(kwargs or {}),
+    }
 
 
 _INFLIGHT_KEY = "agent.inflight.{node}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,9 +24,20 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
+from common.protocol.messages import (
+    RESOURCE_FIELDS,
+    MountSpec,
+    ReplicaSpec,
+    RunAsSpec,
+    Runtime,
+    StartReplica,
+    StopSignal,
+)
 from inventory.choices import RuntimeKind
+from inventory.drivers import policy
 from inventory.models import Node
 from inventory.services import mounts
+from inventory.services.installation import installation_id
 from jobs import dispatch
 from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload
@@ -49,8 +61,8 @@ class _Placement:
 
 
 def container_name(workload_id: int, replica: int, attempt: int) -> str:
-    """Return the deterministic name of one replica of one attempt (the runtimes' naming rule)."""
-    return f"gpucloud-w{workload_id}-r{replica}-a{attempt}"
+    """Return the deterministic name of one replica of one attempt of this console (`policy.container_name`)."""
+    return policy.container_name(installation_id(), workload_id, replica, attempt)
 
 
 def launch_workloads(*, workload_ids: Iterable[int], resend: bool = False) -> int:
@@ -141,7 +153,7 @@ def _launch(ids: list[int], *, resend: bool) -> int:
         storage = _storage(workload, plans[key])
         for row in rows:
             spec = replica_spec(workload, row.index, placements[workload.pk], storage)
-            dispatch.send_on_commit(dispatch.START_REPLICA, queue=row.node.agent_queue, kwargs={"spec": spec})
+            dispatch.message_on_commit(StartReplica(spec=spec), queue=row.node.agent_queue)
             sent += 1
     return sent
 
@@ -238,8 +250,8 @@ def _storage(workload: Workload, planned: list[mounts.PlannedMount]) -> Workload
 
 def replica_spec(
     workload: Workload, index: int, placements: dict[int, _Placement], storage: WorkloadStorage | None = None
-) -> dict[str, Any]:
-    """Return the JSON spec of replica `index` of `workload`'s current attempt, as the agent's `start_replica` takes."""
+) -> ReplicaSpec:
+    """Return the spec of replica `index` of `workload`'s current attempt, as the agent's `StartReplica` carries it."""
     placement = placements[index]
     runtime = placement.node.runtime
     notebook = workload.kind == WorkloadKind.NOTEBOOK
@@ -248,34 +260,35 @@ def replica_spec(
     env = {**workload.env, **storage.env, **_gang_env(workload, index, placements), **_identity_env(workload, index)}
     if notebook:
         env["JUPYTER_TOKEN"] = workload.session_secret
-    return {
-        "node": placement.node.name,
-        "name": container_name(workload.pk, index, workload.attempt),
-        "workload_id": str(workload.pk),
-        "tenant": workload.tenant.slug,
-        "attempt": workload.attempt,
-        "replica": index,
-        "runtime": runtime,
-        "image": workload.image,
-        "command": _command(workload, runtime),
-        "env": env,
-        "gpu_uuids": placement.gpu_uuids,
-        "cpus": workload.cpu_milli / 1000,
-        "memory_mb": workload.memory_mib,
-        "service_port": workload.service_port if index == 0 else None,
-        "service_port_env": ("JUPYTER_PORT" if notebook else "PORT") if workload.service_port else "",
+    return ReplicaSpec(
+        node=placement.node.name,
+        # With the node, whose the replica is: reconcile on a shared engine touches only its own.
+        installation=installation_id(),
+        name=container_name(workload.pk, index, workload.attempt),
+        workload_id=workload.pk,
+        tenant=workload.tenant.slug,
+        attempt=workload.attempt,
+        replica=index,
+        runtime=typing.cast(Runtime, runtime),
+        image=workload.image,
+        command=_command(workload, runtime),
+        env=env,
+        gpu_uuids=placement.gpu_uuids,
+        **{name: getattr(workload, name) for name in RESOURCE_FIELDS},
+        service_port=workload.service_port if index == 0 else None,
+        service_port_env=("JUPYTER_PORT" if notebook else "PORT") if workload.service_port else "",
         # The agent holds a notebook in `starting` until Jupyter answers here (with the session's token).
-        "ready_path": f"/notebooks/{workload.pk}/api/status" if notebook and index == 0 else "",
-        "secret": workload.session_secret if notebook else "",
-        "mounts": storage.mounts,
-        "run_as": storage.run_as,
-        "workdir": storage.workdir,
-        "stop_signal": workload.stop_signal,
+        ready_path=f"/notebooks/{workload.pk}/api/status" if notebook and index == 0 else "",
+        secret=workload.session_secret if notebook else "",
+        mounts=[MountSpec(**mount) for mount in storage.mounts],
+        run_as=RunAsSpec(**storage.run_as),
+        workdir=storage.workdir,
+        stop_signal=typing.cast(StopSignal, workload.stop_signal),
         # Docker replicas of a gang on several nodes share an overlay network of their own (docs/gangs.md).
-        "gang_across_hosts": runtime == RuntimeKind.DOCKER and len({p.node.pk for p in placements.values()}) > 1,
+        gang_across_hosts=runtime == RuntimeKind.DOCKER and len({p.node.pk for p in placements.values()}) > 1,
         # A job's first replica has its node report the checkpoints it sees there (inventory.agent.checkpoints).
-        "checkpoint_dir": mounts.checkpoint_node_dir(storage.mounts, workload.pk) if watches_checkpoints else "",
-    }
+        checkpoint_dir=mounts.checkpoint_node_dir(storage.mounts, workload.pk) if watches_checkpoints else "",
+    )
 
 
 def _identity_env(workload: Workload, index: int) -> dict[str, str]:

@@ -10,7 +10,7 @@ sessions while it ran and when it is hibernated).
 
 from __future__ import annotations
 
-from urllib.parse import quote
+from urllib.parse import urlencode
 
 from django.db import transaction
 from django.utils import timezone
@@ -18,13 +18,21 @@ from django.utils import timezone
 from common.errors import Conflict
 from jobs.choices import ACTIVE_STATES, ReasonCode, WorkloadKind, WorkloadState
 from jobs.jupyter import JupyterClient, JupyterUnavailable
-from jobs.models import Allocation, Replica, Workload
-from jobs.services.actions import check_rules_again, record_action, reloaded, require_actor
+from jobs.models import Replica, Workload
+from jobs.selectors.notebook_access import is_notebook_opener
+from jobs.services.actions import (
+    HIBERNATABLE_STATES,
+    check_rules_again,
+    record_action,
+    reloaded,
+    require_actor,
+    still_stopping,
+)
 from jobs.services.lifecycle import next_attempt_fields, transition_workload
 from jobs.services.stopping import stop_workload
 from tenants.context import Actor
+from tenants.scoping import tenant_scope
 
-HIBERNATABLE_STATES: tuple[WorkloadState, ...] = tuple(ACTIVE_STATES)
 # States a resumed notebook may already be in: a second Resume (a double click, a retried call) is a no-op.
 RESUMED_STATES = (WorkloadState.PENDING, *ACTIVE_STATES)
 
@@ -40,10 +48,13 @@ def _require_owner_or_admin(actor: Actor, workload: Workload) -> None:
 
 
 def remember_lab_path(workload: Workload, *, client: JupyterClient | None = None) -> None:
-    """Ask the notebook's Jupyter server which file was active last and record it (best effort, short timeout)."""
-    replica = (
-        Replica.all_tenants.filter(workload=workload, attempt=workload.attempt, index=0).exclude(endpoint="").first()
-    )
+    """Ask the notebook's Jupyter server which file was active last and record it (best effort, short timeout).
+
+    Reads and writes under the workload's own tenant scope: the revocation sweep calls it with none active.
+    """
+    with tenant_scope(workload.tenant):
+        replicas = Replica.objects.filter(workload=workload, attempt=workload.attempt, index=0)
+        replica = replicas.exclude(endpoint="").first()
     if replica is None or not workload.session_secret:
         return
     try:
@@ -53,7 +64,8 @@ def remember_lab_path(workload: Workload, *, client: JupyterClient | None = None
     except JupyterUnavailable:
         return
     if activity.last_path:
-        Workload.all_tenants.filter(pk=workload.pk).update(lab_path=activity.last_path[:500])
+        with tenant_scope(workload.tenant):
+            Workload.objects.filter(pk=workload.pk).update(lab_path=activity.last_path[:500])
 
 
 def hibernate_notebook(*, actor: Actor, workload: Workload) -> Workload:
@@ -108,7 +120,7 @@ def resume_notebook(*, actor: Actor, workload: Workload) -> Workload:
     current = reloaded(workload)
     if current.state in RESUMED_STATES:
         return current
-    if Allocation.all_tenants.filter(workload_id=workload.pk, released_at__isnull=True).exists():
+    if still_stopping(workload):
         raise Conflict(
             f"Notebook {workload.name} is still stopping; resume it once its GPU is released.",
             code="still_stopping",
@@ -138,21 +150,24 @@ def resume_notebook(*, actor: Actor, workload: Workload) -> Workload:
     return resumed
 
 
-def notebook_link(workload: Workload, *, viewer_id: int | None, viewer_is_admin: bool) -> str | None:
-    """Return the proxy path to `workload`'s JupyterLab for this viewer, or None when there is none to offer.
+def notebook_link(workload: Workload, *, viewer_id: int | None, role: str | None) -> str | None:
+    """Return the console's hand-off path to `workload`'s JupyterLab for this viewer, or None when there is none.
 
-    Only a running notebook has one, and only for its owner and the tenant's
-    admins: the proxy lets nobody else through, so nobody else is offered it.
+    Only a running notebook has one, and only for those who may open it
+    (`is_notebook_opener`, the rule the hand-off and the proxy ask, with the
+    role the viewer holds or acts with in its tenant), so nobody else is
+    offered it.
     """
     running = workload.kind == WorkloadKind.NOTEBOOK and workload.state == WorkloadState.RUNNING
-    may_open = viewer_is_admin or (viewer_id is not None and workload.owner_id == viewer_id)
-    return lab_url(workload) if running and may_open else None
+    return lab_url(workload) if running and is_notebook_opener(workload, user_id=viewer_id, role=role) else None
 
 
 def lab_url(workload: Workload) -> str:
-    """Return where the notebook's JupyterLab opens: at the file its owner worked on last, else at its root."""
-    base = f"/notebooks/{workload.pk}/lab"
+    """Return the console's hand-off path that opens the notebook's JupyterLab on the notebook's own origin.
+
+    It opens at the file its owner worked on last, else at its root.
+    """
+    base = f"/notebooks/{workload.pk}/open"
     if not workload.lab_path:
         return base
-
-    return f"{base}/tree/{quote(workload.lab_path)}"
+    return f"{base}?{urlencode({'next': f'lab/tree/{workload.lab_path}'})}"

@@ -38,10 +38,12 @@ from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
 from jobs.jupyter import ActivitySource, JupyterActivity, JupyterClient, JupyterUnavailable
 from jobs.models import Allocation, Replica, Workload, WorkloadEvent
 from jobs.selectors import minutes_while_held
+from jobs.services.actions import may_act
 from jobs.services.stopping import stop_workload
 from notifications.services import notify_idle_warning
 from tenants.choices import Role
 from tenants.context import Actor
+from tenants.scoping import tenant_scope
 from tenants.services.access import require_role
 from tenants.services.audit import record_audit_event
 
@@ -178,22 +180,29 @@ def _record_lab_path(workload: Workload, jupyter: JupyterActivity | None) -> Non
     """Remember the file its owner worked on last, where Resume brings them back after hibernation."""
     path = jupyter.last_path if jupyter is not None else None
     if path and path != workload.lab_path:
-        Workload.all_tenants.filter(pk=workload.pk).update(lab_path=path[:500])
+        with tenant_scope(workload.tenant):
+            Workload.objects.filter(pk=workload.pk).update(lab_path=path[:500])
         workload.lab_path = path[:500]
 
 
+# The writes below name one notebook: each runs under its tenant's scope (the pass loaded it with its tenant).
+
+
 def _record_activity(workload: Workload, at: datetime) -> None:
-    Workload.all_tenants.filter(pk=workload.pk, state=WorkloadState.RUNNING).update(last_activity_at=at)
+    with tenant_scope(workload.tenant):
+        Workload.objects.filter(pk=workload.pk, state=WorkloadState.RUNNING).update(last_activity_at=at)
 
 
 def _event(workload: Workload, kind: str, message: str) -> None:
-    WorkloadEvent.all_tenants.create(tenant_id=workload.tenant_id, workload=workload, kind=kind, message=message)
+    with tenant_scope(workload.tenant):
+        WorkloadEvent.objects.create(tenant_id=workload.tenant_id, workload=workload, kind=kind, message=message)
 
 
 @transaction.atomic
 def _clear_warning(workload: Workload, warned_at: datetime) -> bool:
     """Clear a warning that activity made moot; return whether this check cleared it."""
-    cleared = Workload.all_tenants.filter(pk=workload.pk, idle_warned_at=warned_at).update(idle_warned_at=None)
+    with tenant_scope(workload.tenant):
+        cleared = Workload.objects.filter(pk=workload.pk, idle_warned_at=warned_at).update(idle_warned_at=None)
     if cleared:
         _event(workload, "workload.idle_warning_cleared", "Activity seen: the idle stop is called off.")
     return cleared == 1
@@ -202,9 +211,10 @@ def _clear_warning(workload: Workload, warned_at: datetime) -> bool:
 @transaction.atomic
 def _warn(workload: Workload, *, now: datetime, idle: float, stop_at: datetime) -> datetime | None:
     """Warn the owner once; return the warning's time, or None when another check warned first."""
-    warned = Workload.all_tenants.filter(
-        pk=workload.pk, state=WorkloadState.RUNNING, idle_warned_at__isnull=True
-    ).update(idle_warned_at=now)
+    with tenant_scope(workload.tenant):
+        warned = Workload.objects.filter(
+            pk=workload.pk, state=WorkloadState.RUNNING, idle_warned_at__isnull=True
+        ).update(idle_warned_at=now)
     if not warned:
         return None
     remedy = "use it" if workload.idle_extended_at else "extend it or use it"
@@ -257,6 +267,17 @@ def _cannot_extend(workload: Workload) -> Conflict:
     )
 
 
+def extendable(workload: Workload) -> bool:
+    """Return whether `workload` may be extended now: a running notebook warned as idle and not extended yet
+    this session (what `extend_notebook`'s compare-and-swap asks of the row)."""
+    return (
+        workload.kind == WorkloadKind.NOTEBOOK
+        and workload.state == WorkloadState.RUNNING
+        and workload.idle_warned_at is not None
+        and workload.idle_extended_at is None
+    )
+
+
 @transaction.atomic
 def extend_notebook(*, actor: Actor, workload: Workload) -> Workload:
     """Extend an idle-warned running notebook once (its idle clock restarts now); return it reloaded.
@@ -267,17 +288,18 @@ def extend_notebook(*, actor: Actor, workload: Workload) -> Workload:
     once per session).
     """
     role = require_role(actor, workload.tenant, Role.MEMBER)
-    if not role.at_least(Role.ADMIN) and (actor.user is None or workload.owner_id != actor.user.pk):
+    if not may_act(role, owner_id=workload.owner_id, viewer_id=actor.user.pk if actor.user is not None else None):
         raise PermissionDenied("Members can extend only their own notebooks.")
     now = timezone.now()
-    extended = Workload.all_tenants.filter(
-        pk=workload.pk,
-        kind=WorkloadKind.NOTEBOOK,
-        state=WorkloadState.RUNNING,
-        idle_warned_at__isnull=False,
-        idle_extended_at__isnull=True,
-    ).update(idle_extended_at=now, idle_warned_at=None, updated_at=now)
-    current = Workload.all_tenants.select_related("project", "pool", "owner", "tenant").get(pk=workload.pk)
+    with tenant_scope(workload.tenant):
+        extended = Workload.objects.filter(
+            pk=workload.pk,
+            kind=WorkloadKind.NOTEBOOK,
+            state=WorkloadState.RUNNING,
+            idle_warned_at__isnull=False,
+            idle_extended_at__isnull=True,
+        ).update(idle_extended_at=now, idle_warned_at=None, updated_at=now)
+        current = Workload.objects.select_related("project", "pool", "owner", "tenant").get(pk=workload.pk)
     if not extended:
         raise _cannot_extend(current)
     timeout = idle_timeout_seconds(current)

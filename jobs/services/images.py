@@ -24,7 +24,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from common.errors import FieldErrors, add_errors, invalid, raise_errors
-from jobs import sql
+from jobs import fast_sql
 from jobs.choices import WorkloadKind
 from jobs.models import AllowedImage
 from jobs.services.spec import (
@@ -96,7 +96,7 @@ def policies_for_tenants(tenant_ids: Collection[int]) -> dict[int, ImagePolicy]:
     ids = sorted(set(tenant_ids))
     # The tenants' and the platform-wide patterns, plus any one row (whoever's) so
     # the same query also says whether the platform has a pattern at all.
-    rows = sql.allowed_image_rows(ids) if ids else []
+    rows = fast_sql.allowed_image_rows(ids) if ids else []
     return {
         tenant_id: ImagePolicy(
             enforced=bool(rows),

@@ -17,7 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from jobs import live
-from jobs.choices import WorkloadKind, WorkloadState, can_transition
+from jobs.choices import WORKLOAD_TRANSITIONS, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Workload, WorkloadEvent
 from jobs.services import predictions
 from notifications.services import notify_workload_ended
@@ -50,19 +50,6 @@ def next_attempt_fields() -> dict[str, Any]:
     }
 
 
-def _legal(
-    from_states: Iterable[WorkloadState | str], to_state: WorkloadState | str
-) -> tuple[WorkloadState, list[WorkloadState]]:
-    """Return the target and source states; raise ValueError when a source cannot reach the target (a bug in
-    the caller, not a race)."""
-    target = WorkloadState(to_state)
-    sources = [WorkloadState(state) for state in from_states]
-    illegal = [str(state) for state in sources if not can_transition(state, target)]
-    if illegal:
-        raise ValueError(f"workloads cannot go from {', '.join(illegal)} to {target}")
-    return target, sources
-
-
 @transaction.atomic
 def transition_workload(
     *,
@@ -78,10 +65,10 @@ def transition_workload(
     Also sets the reason and any extra model `fields`, and writes one
     `workload.state_changed` event. Returns False, changing nothing, when
     the row is in another state (someone else moved it first) or gone.
-    Raises ValueError when a listed source state cannot reach `to_state`:
-    that is a bug in the caller, not a race.
+    Raises ForbiddenTransition (a ValueError) when a listed source state
+    cannot reach `to_state`: that is a bug in the caller, not a race.
     """
-    target, sources = _legal(from_states, to_state)
+    target, sources = WORKLOAD_TRANSITIONS.check_all(from_states, to_state)
     row = (
         Workload.all_tenants.select_for_update()
         .filter(pk=workload_id, state__in=sources)
@@ -94,7 +81,9 @@ def transition_workload(
     changes = {"reason_code": reason_code, "reason_message": message, "updated_at": now, **fields}
     if target in (WorkloadState.SUCCEEDED, WorkloadState.FAILED):
         changes = {**predictions.finished_fields(row, target, now), **changes}
-    moved = Workload.all_tenants.filter(pk=workload_id, state=row["state"]).update(state=target, **changes)
+    moved = WORKLOAD_TRANSITIONS.move(
+        Workload.all_tenants.filter(pk=workload_id), from_states=[row["state"]], to_state=target, **changes
+    )
     if moved != 1:
         return False
     WorkloadEvent.all_tenants.create(
@@ -138,7 +127,7 @@ def transition_workloads(
     nobody (not `succeeded` or `failed`); raises ValueError for those and
     for a source state that cannot reach `to_state`.
     """
-    target, sources = _legal(from_states, to_state)
+    target, sources = WORKLOAD_TRANSITIONS.check_all(from_states, to_state)
     if target in (WorkloadState.SUCCEEDED, WorkloadState.FAILED):
         raise ValueError("an ending workload notifies its owner: use transition_workload")
     rows = list(
@@ -152,8 +141,14 @@ def transition_workloads(
     now = timezone.now()
     moved = [row["pk"] for row in rows]
     # The rows are locked in a source state, so the update moves exactly these.
-    Workload.all_tenants.filter(pk__in=moved).update(
-        state=target, reason_code="", reason_message="", updated_at=now, **fields
+    WORKLOAD_TRANSITIONS.move(
+        Workload.all_tenants.filter(pk__in=moved),
+        from_states=sources,
+        to_state=target,
+        reason_code="",
+        reason_message="",
+        updated_at=now,
+        **fields,
     )
     WorkloadEvent.all_tenants.bulk_create(
         WorkloadEvent(

@@ -19,6 +19,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from common.errors import FieldErrors, gather, invalid, raise_errors
+from common.protocol.messages import RESOURCE_FIELDS
 from inventory.models import NodePool
 from jobs.choices import WorkloadKind
 from jobs.models import LaunchPreset
@@ -34,7 +35,7 @@ from tenants.services.audit import delete_audited, record_audit_event, snapshot,
 PRESET_FIELDS = ["name", "description", *FILLED_BY_PRESET, "idle_timeout_seconds"]
 MAX_NAME_LENGTH = 63
 MAX_DESCRIPTION_LENGTH = 200
-_RESOURCES = ("gpus_per_replica", "replicas", "cpu_milli", "memory_mib", "max_runtime_seconds")
+_RESOURCES = ("gpus_per_replica", "replicas", *RESOURCE_FIELDS, "max_runtime_seconds")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class PresetValues:
     replicas: int = 1
     cpu_milli: int = 1000
     memory_mib: int = 4096
+    shm_mib: int | None = None
     idle_timeout_seconds: int | None = None
     max_runtime_seconds: int | None = None
 

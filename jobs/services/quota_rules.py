@@ -10,10 +10,12 @@ the caller can report every item's failures at once
 project's quota rows where a count limit applies, so the counts cannot
 change under it.
 
-The reads every submission makes (the locked limits, the pool's GPUs, the
-counts) are written in SQL, in `jobs.sql`: building the same queries with
-the ORM made query construction the largest part of a single submission
-(bench/submissions.py).
+The reads every submission makes (the locked limits, the pool's GPUs) are
+written in SQL, in `jobs.fast_sql` (the fast path `jobs_sql`): building the
+same queries with the ORM made query construction the largest part of a
+single submission (bench/submissions.py). The pending and notebook counts
+are the ORM's: its best form is as fast as the statements were
+(bench/fast_sql.py, docs/fastpaths.md).
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db.models import Count
 from django.utils import timezone
 
-from accounting.budget_choices import HardAction
-from accounting.budgets import BudgetState, budgets_holding
 from common.errors import invalid
 from inventory.choices import GpuHealth, NodeState
 from inventory.models import NodePool
-from jobs import sql
+from jobs import fast_sql
+from jobs.accounting_port import accounting
 from jobs.choices import TERMINAL_STATES, WorkloadKind, WorkloadState
+from jobs.models import Workload
 from jobs.services.spec import WorkloadSpec
 from tenants.models import Project
 
@@ -70,7 +73,7 @@ def limits_of(pairs: Collection[tuple[int, NodePool]], *, lock: bool) -> dict[tu
     keys = sorted({(project_id, pool.pk) for project_id, pool in pairs})
     if not keys:
         return {}
-    rows = sql.quota_limits(keys, lock=lock)
+    rows = fast_sql.quota_limits(keys, lock=lock)
     return {(row[0], row[1]): _limits(pools[row[1]], row[1:]) for row in rows}
 
 
@@ -162,7 +165,7 @@ def check_placement(spec: WorkloadSpec, nodes: Mapping[int, list[dict[str, int]]
 def gpus_by_node(pool_ids: Sequence[int]) -> dict[int, list[dict[str, int]]]:
     """Return {pool id: [{GPU model: count} per node]} of the GPUs that could ever be placed on."""
     gone = [state.value for state in _GONE_NODE_STATES]
-    rows = sql.gpu_counts(pool_ids, failed=GpuHealth.FAILED.value, gone_node_states=gone) if pool_ids else []
+    rows = fast_sql.gpu_counts(pool_ids, failed=GpuHealth.FAILED.value, gone_node_states=gone) if pool_ids else []
     per_node: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
     for pool_id, node_id, model, count in rows:
         per_node[(pool_id, node_id)][model] = count
@@ -255,11 +258,55 @@ def load_counts(needs: Sequence[CountNeed]) -> Counts:
         notebooks |= more_notebooks
     counts = Counts()
     if pending:
-        counts.pending = sql.pending_counts(pending, pending=WorkloadState.PENDING.value)
+        counts.pending = _pending_counts(pending)
     if notebooks:
         live = [state.value for state in _LIVE_STATES]
-        counts.notebooks = sql.notebook_counts(notebooks, notebook=WorkloadKind.NOTEBOOK.value, states=live)
+        counts.notebooks = _notebook_counts(notebooks, states=live)
     return counts
+
+
+def _pending_counts(keys: Collection[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """Return the number of pending workloads per (project id, pool id) of `keys`; a key with none is left out.
+
+    One query (the partial index `workload_pending_per_project` serves it), `__in` on each column and the
+    pairs picked here: 0.68 ms for 32 keys, where OR-ing the pairs took 3 ms (the hand-written statement it
+    replaced: 0.58 ms). Locks nothing.
+    """
+    found = (
+        Workload.all_tenants.filter(
+            state=WorkloadState.PENDING,
+            project_id__in={project for project, _ in keys},
+            pool_id__in={pool for _, pool in keys},
+        )
+        .values_list("project_id", "pool_id")
+        .annotate(count=Count("*"))
+        .order_by()
+    )
+    return {(project, pool): count for project, pool, count in found if (project, pool) in keys}
+
+
+def _notebook_counts(
+    keys: Collection[tuple[int, int, int]], *, states: Collection[str]
+) -> dict[tuple[int, int, int], int]:
+    """Return the number of notebooks in one of `states` per (project id, owner id, pool id) of `keys`; a key
+    with none is left out.
+
+    One query (the partial index `workload_live_notebooks` serves it), `__in` on each column and the keys
+    picked here, as fast as the hand-written statement it replaced (bench/fast_sql.py). Locks nothing.
+    """
+    found = (
+        Workload.all_tenants.filter(
+            kind=WorkloadKind.NOTEBOOK,
+            state__in=list(states),
+            project_id__in={key[0] for key in keys},
+            owner_id__in={key[1] for key in keys},
+            pool_id__in={key[2] for key in keys},
+        )
+        .values_list("project_id", "owner_id", "pool_id")
+        .annotate(count=Count("*"))
+        .order_by()
+    )
+    return {(p, o, q): n for p, o, q, n in found if (p, o, q) in keys}
 
 
 def check_counts(
@@ -306,21 +353,21 @@ def _check_cap(field: str, rule: str, have: int, new: int, cap: int | None, limi
         raise invalid(field, rule, message)
 
 
-def used_up_budgets(projects: Collection[Project]) -> dict[int, BudgetState]:
-    """Return, by project id, the used-up budget that refuses new work into each of `projects` that has one:
-    its own or its tenant's, with a hard action of refuse_new or more. A few queries for the whole batch,
-    one when no such budget exists (`accounting.budgets`)."""
-    return budgets_holding(projects, HardAction.REFUSE_NEW, now=timezone.now())
+def used_up_budgets(projects: Collection[Project]) -> dict[int, str]:
+    """Return, by project id, the sentence describing the used-up budget that refuses new work into each of
+    `projects` that has one: its own or its tenant's, with a hard action of refuse_new or more. A few queries
+    for the whole batch, one when no such budget exists (asked of accounting: `jobs.accounting_port`)."""
+    return accounting().refusing_new_work(projects, now=timezone.now())
 
 
-def check_budget(project: Project, used_up: Mapping[int, BudgetState]) -> None:
+def check_budget(project: Project, used_up: Mapping[int, str]) -> None:
     """Raise ValidationError on `project` (rule `budget_exhausted`) when a used-up budget refuses new work
     into it (`used_up` from `used_up_budgets`)."""
-    state = used_up.get(project.pk)
-    if state is not None:
+    described = used_up.get(project.pk)
+    if described is not None:
         raise invalid(
             "project",
             "budget_exhausted",
-            f"{state.describe()}: it is used up, and new work is refused until it is raised or its period "
+            f"{described}: it is used up, and new work is refused until it is raised or its period "
             "ends. Ask for more on the requests page.",
         )

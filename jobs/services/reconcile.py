@@ -42,7 +42,7 @@ every queued one). Its agent reads the output again from the stored cursor
 (`request_output_resends`): when ingest sees a batch wait a second time for
 its predecessor, and when the replica is over and its stored cursor is not
 where its exit report says the output ends. An ended replica's container is
-kept for that until LOG_RESEND_WINDOW after its end.
+kept for that until `jobs.selectors.logs.OUTPUT_WAIT_WINDOW` after its end.
 
 In the ledger alone, a workload placed (`scheduled`) whose launch never
 happened (the launch message was lost with a restarted broker or console)
@@ -52,6 +52,7 @@ is launched again.
 from __future__ import annotations
 
 import logging
+import typing
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -59,15 +60,17 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from common import control
+from common.protocol.messages import ListReplicas, Runtime, StopReplica, WatchReplica
 from inventory.choices import NodeState, RuntimeKind
-from inventory.drivers.base import PermanentDriverError
-from inventory.drivers.simulated_workloads import SimulatedWorkload
+from inventory.drivers.base import Ownership, PermanentDriverError
+from inventory.drivers.simulated import SimulatedWorkload
 from inventory.models import Node, NodeEvent
+from inventory.services.installation import installation_id
 from inventory.services.mounts import checkpoint_host_dirs
 from jobs import dispatch
 from jobs.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
 from jobs.models import Replica, ReplicaState, Workload
-from jobs.selectors.logs import OUTPUT_WAIT_WINDOW, replicas_with_output_short
+from jobs.selectors.logs import replicas_with_output_short
 from jobs.services.execution import launch_workloads
 from jobs.services.replicas import record_replica_exited
 from jobs.services.stopping import (
@@ -87,8 +90,6 @@ RELAUNCH_AFTER = timedelta(seconds=10)
 _LIVE_NODES = [NodeState.READY, NodeState.CORDONED, NodeState.DRAINING, NodeState.MAINTENANCE]
 # An ended replica's output may be stored a little after its exit (another queue): only then is it short.
 LOG_RESEND_AFTER = timedelta(seconds=5)
-# How long after its end an ended replica's output is still read again (and its container kept for it).
-LOG_RESEND_WINDOW = OUTPUT_WAIT_WINDOW
 # One request to read a replica's output again per this many seconds, however often the gap is seen.
 LOG_RESEND_SECONDS = 15
 # A node is asked for its inventory again only once its last answer came, or after this long without one.
@@ -169,9 +170,14 @@ def request_node_inventories() -> int:
         if not _ask(node):
             continue
         asked += 1
-        kwargs: dict[str, Any] = {"node": node.name, "runtime": node.runtime}
-        kwargs |= {key: sorted(names.get(node.pk, [])) for key, names in named.items()}
-        dispatch.send(dispatch.LIST_REPLICAS, queue=node.agent_queue, kwargs=kwargs)
+        asking = ListReplicas(
+            node=node.name,
+            runtime=_runtime(node),
+            installation=installation_id(),
+            confirmed=sorted(named["confirmed"].get(node.pk, [])),
+            launched=sorted(named["launched"].get(node.pk, [])),
+        )
+        dispatch.send_message(asking, queue=node.agent_queue)
     return asked
 
 
@@ -227,6 +233,7 @@ def reconcile_node(
         .select_related("workload__pool", "node")
     }
     simulated = row.runtime == RuntimeKind.SIMULATED
+    managed = [item for item in managed if _owner(item, row) != Ownership.FOREIGN]
     for item in managed:
         replica = ledger.get(str(item.get("name")))
         if replica is None or not _wanted(replica):
@@ -290,27 +297,52 @@ def _wanted(replica: Replica) -> bool:
     return workload.attempt == replica.attempt and workload.state in ACTIVE_STATES
 
 
+def _owner(item: dict[str, Any], node: Node) -> Ownership:
+    """Return whether the listed `item` is this installation's `node`'s, another's, or records no owner."""
+    installation, owner_node = str(item.get("installation") or ""), str(item.get("node") or "")
+    if not installation or not owner_node:
+        return Ownership.LEGACY
+    return Ownership.OWN if (installation, owner_node) == (installation_id(), node.name) else Ownership.FOREIGN
+
+
 def _stop_orphan(node: Node, item: dict[str, Any], replica: Replica | None) -> int:
-    """Stop and remove a container the ledger does not run; report it once (when it still runs)."""
+    """Stop and remove a container the ledger does not run; report it once (when it still runs).
+
+    Only one this installation started for `node`: a container that records
+    no owner (started before owners were recorded) may be another
+    console's or node's, so it is left running and logged for an operator.
+    """
+    if _owner(item, node) is not Ownership.OWN:
+        log.warning(
+            "%s on %s records no owning installation and node: left alone (remove it by hand if it is stale)",
+            item.get("name"),
+            node.name,
+        )
+        return 0
     if replica is not None and replica.state not in LIVE_REPLICA_STATES and item.get("state") != "running":
         # Known and already over: only its leftovers are removed, once its output is stored (or too old).
         if replicas_with_output_short(timezone.now()).filter(pk=replica.pk).exists():
             return 0
-        dispatch.send(dispatch.STOP_REPLICA, queue=node.agent_queue, kwargs=stop_message(replica, 0, ended=True))
+        dispatch.send_message(stop_message(replica, 0, ended=True), queue=node.agent_queue)
+        return 0
+    if not str(item.get("workload_id")).isdigit():
+        log.warning("%s on %s names no workload id a stop can carry: left alone", item.get("name"), node.name)
         return 0
     grace = grace_seconds(replica.workload) if replica is not None else 0
-    message = {
-        "node": node.name,
-        "runtime": node.runtime,
-        "name": str(item.get("name")),
-        "handle": item.get("handle") or {},
-        "workload_id": item.get("workload_id"),
-        "attempt": item.get("attempt"),
-        "replica": item.get("replica"),
-        "grace_seconds": grace,
-        "remove": True,
-    }
-    dispatch.send(dispatch.STOP_REPLICA, queue=node.agent_queue, kwargs=message)
+    message = StopReplica(
+        node=node.name,
+        installation=installation_id(),
+        runtime=_runtime(node),
+        name=str(item.get("name")),
+        handle=item.get("handle") or {},
+        # The node reports the driver's string id; a stop names the replica as every other message does.
+        workload_id=int(item["workload_id"]),
+        attempt=int(item["attempt"]),
+        replica=int(item["replica"]),
+        grace_seconds=grace,
+        remove=True,
+    )
+    dispatch.send_message(message, queue=node.agent_queue)
     NodeEvent.objects.create(
         node=node,
         kind="node.orphan_stopped",
@@ -324,24 +356,28 @@ def _stop_orphan(node: Node, item: dict[str, Any], replica: Replica | None) -> i
 def _watch(node: Node, replica: Replica, item: dict[str, Any], *, resend: bool = False) -> None:
     """Have the node follow `replica` from its stored log cursor (`resend`: replacing its current watcher)."""
     handle = replica.handle or item.get("handle") or {}
-    dispatch.send(
-        dispatch.WATCH_REPLICA,
-        queue=node.agent_queue,
-        kwargs={
-            "node": node.name,
-            "runtime": node.runtime,
-            "name": replica.name,
-            "handle": handle,
-            "workload_id": replica.workload_id,
-            "attempt": replica.attempt,
-            "replica": replica.index,
-            "log_cursor": replica.log_cursor,
-            "report_start": False,  # the ledger heard of its start; only a new watcher reports it again
-            "resend": resend,
-            "checkpoint_dir": _checkpoint_dir(replica),
-            **_readiness(replica),
-        },
+    ready_path, secret = _readiness(replica)
+    message = WatchReplica(
+        node=node.name,
+        runtime=_runtime(node),
+        name=replica.name,
+        handle=handle,
+        workload_id=replica.workload_id,
+        attempt=replica.attempt,
+        replica=replica.index,
+        log_cursor=replica.log_cursor,
+        report_start=False,  # the ledger heard of its start; only a new watcher reports it again
+        resend=resend,
+        checkpoint_dir=_checkpoint_dir(replica),
+        ready_path=ready_path,
+        secret=secret,
     )
+    dispatch.send_message(message, queue=node.agent_queue)
+
+
+def _runtime(node: Node) -> Runtime:
+    """Return the node's runtime as the protocol names it (the same three values as `RuntimeKind`)."""
+    return typing.cast(Runtime, node.runtime)
 
 
 def _checkpoint_dir(replica: Replica) -> str:
@@ -352,9 +388,9 @@ def _checkpoint_dir(replica: Replica) -> str:
     return checkpoint_host_dirs([(workload.pk, workload.project_id)], console=False).get(workload.pk, "")
 
 
-def _readiness(replica: Replica) -> dict[str, str]:
-    """Return the readiness check a re-watched notebook still needs (none once Jupyter answered)."""
+def _readiness(replica: Replica) -> tuple[str, str]:
+    """Return the readiness check (path, secret) a re-watched notebook still needs (none once Jupyter answered)."""
     workload = replica.workload
     if workload.kind != WorkloadKind.NOTEBOOK or replica.index != 0 or replica.ready_at is not None:
-        return {"ready_path": "", "secret": ""}
-    return {"ready_path": f"/notebooks/{workload.pk}/api/status", "secret": workload.session_secret}
+        return "", ""
+    return f"/notebooks/{workload.pk}/api/status", workload.session_secret

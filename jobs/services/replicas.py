@@ -21,12 +21,23 @@ from django.utils import timezone
 from jobs import dispatch, live
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
+from jobs.services.endpoints import endpoint_problem, is_local_node
 from jobs.services.lifecycle import transition_workload
-from jobs.services.stopping import grace_seconds, requeues, settle_workload, stop_message, stop_workload
+from jobs.services.stopping import (
+    exit_message,
+    grace_seconds,
+    note_platform_stop,
+    requeues,
+    settle_workload,
+    stop_message,
+    stop_workload,
+)
 
 log = logging.getLogger(__name__)
 
 _LIVE = (WorkloadState.STARTING, WorkloadState.RUNNING)
+# Exit codes of a process ended by SIGKILL (128 + 9) and SIGTERM (128 + 15), as Docker and shells report them.
+SIGKILL_EXIT, SIGTERM_EXIT = 137, 143
 
 
 def _locked_replica(workload_id: int, attempt: int, index: int) -> Replica | None:
@@ -56,6 +67,7 @@ def record_replica_started(*, workload_id: int, attempt: int, replica: int, hand
     if row is None:
         log.warning("start reported for unknown replica %s/%s/%s", workload_id, attempt, replica)
         return False
+    endpoint = _endpoint_on_node(row, endpoint)
     if row.state in (ReplicaState.EXITED, ReplicaState.LOST):
         # Its exit overtook this report (two workers took them at once) and counted it as started: nothing
         # runs to stop. Keep what only this report knows.
@@ -69,10 +81,32 @@ def record_replica_started(*, workload_id: int, attempt: int, replica: int, hand
         live.publish_workload_changes([workload_id])
     if not _current(row):
         grace = grace_seconds(row.workload)
-        dispatch.send_on_commit(dispatch.STOP_REPLICA, queue=row.node.agent_queue, kwargs=stop_message(row, grace))
+        note_platform_stop([row], row.workload.reason_message)
+        dispatch.message_on_commit(stop_message(row, grace), queue=row.node.agent_queue)
         return False
     _running_when_complete(row.workload)
     return True
+
+
+def _endpoint_on_node(row: Replica, endpoint: str) -> str:
+    """Return `endpoint` when the replica's node may report it (`jobs.services.endpoints`), else "" (logged).
+
+    The gateway refuses a joined node's report before it gets here; this holds
+    every other path (the co-located agent, a task sent to the queue directly)
+    to the same rule, so the proxy never connects where the node pointed it.
+    """
+    problem = endpoint_problem(endpoint, row.node, local=is_local_node(row.node))
+    if problem is None:
+        return endpoint
+    log.warning(
+        "endpoint of replica %s/%s/%s on node %s refused: %s",
+        row.workload_id,
+        row.attempt,
+        row.index,
+        row.node.name,
+        problem,
+    )
+    return ""
 
 
 @transaction.atomic
@@ -211,7 +245,7 @@ def record_replica_exited(
             _running_when_complete(row.workload)
             row.workload.refresh_from_db()
     row.state, row.exit_code, row.finished_at = ReplicaState.EXITED, exit_code, timezone.now()
-    row.message = message[:2000]
+    row.message = exit_message(row.message, message, exit_code)[:2000]
     row.save(update_fields=["state", "exit_code", "finished_at", "message"])
     live.publish_workload_changes([workload_id])
     workload = row.workload
@@ -246,6 +280,18 @@ def _requeue_lost_run(workload: Workload, row: Replica) -> None:
     )
 
 
+def _killed_note(row: Replica) -> str:
+    """Say who killed a replica that ended by SIGKILL or SIGTERM while its workload ran: not the platform.
+
+    The platform records its reason before it stops anything (`stopping`), so
+    a killed replica of a running workload was killed by something else.
+    """
+    if row.exit_code not in (SIGKILL_EXIT, SIGTERM_EXIT):
+        return ""
+    detail = f"{row.message}; " if row.message else ""
+    return f" ({detail}killed by a signal this console did not send: out of memory, or stopped from outside it)"
+
+
 def _outcome(workload: Workload, row: Replica, launch_failed: bool) -> None:
     """Decide what one replica's exit means for its live workload."""
     if launch_failed or row.exit_code != 0:
@@ -254,7 +300,7 @@ def _outcome(workload: Workload, row: Replica, launch_failed: bool) -> None:
         elif row.exit_code is None:
             code, what = ReasonCode.CONTAINER_VANISHED, f"ended without an exit code ({row.message})"
         else:
-            code, what = ReasonCode.EXIT_NONZERO, f"exited with code {row.exit_code}"
+            code, what = ReasonCode.EXIT_NONZERO, f"exited with code {row.exit_code}{_killed_note(row)}"
         gang = " The other replicas are stopped." if workload.replicas > 1 else ""
         stop_workload(
             workload_id=workload.pk,

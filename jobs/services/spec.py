@@ -1,12 +1,11 @@
 """What one workload asks for, normalised, and the checks that need no database.
 
-`WorkloadSpec.from_data` turns the input of the API, the UI or the CLI into
-a spec: a `preset` in the input fills every field the input leaves out from
-that launch preset, a `command` given as one line is split as a shell would
-(`split_command`), and every field is held to its rule. It raises Django's
-ValidationError naming every failing field at once, each with a rule code;
-`parse` returns the same errors for the fields an interface could parse, so
-that its own parsing errors and these are reported together
+`parse` turns the input of the API, the UI or the CLI into a spec's fields:
+a `preset` in the input fills every field the input leaves out from that
+launch preset, a `command` given as one line is split as a shell would
+(`split_command`), and every field is held to its rule. It returns the
+errors naming every failing field at once, each with a rule code, so that
+an interface's own parsing errors and these are reported together
 (`jobs.services.submission.submission_errors`, with the database's rules).
 """
 
@@ -23,11 +22,13 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from common.errors import FieldErrors, add_errors, gather, invalid, raise_errors
+from common.errors import FieldErrors, add_errors, invalid
+from common.protocol.messages import RESOURCE_FIELDS
 from inventory.drivers.policy import SpecRefused, check_container_request
 from inventory.models import NodePool
 from jobs.choices import PriorityClass, WorkloadKind
 from jobs.models import MAX_GPUS_PER_REPLICA, MAX_REPLICAS, LaunchPreset
+from jobs.services.registries import check_registry
 
 NAME_RULE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 # A Docker image reference: [registry[:port]/]path[:tag][@sha256:digest], lower case as the engine requires.
@@ -44,6 +45,7 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "replicas": (1, MAX_REPLICAS),
     "cpu_milli": (1, 1_024_000),
     "memory_mib": (1, 16 * 1024 * 1024),
+    "shm_mib": (1, 16 * 1024 * 1024),  # and at most the workload's memory_mib (`check_shm`)
     "requeue_limit": (0, 100),
     "max_runtime_seconds": (60, 365 * 24 * 3600),
 }
@@ -57,8 +59,7 @@ FILLED_BY_PRESET = (
     "pool",
     "gpus_per_replica",
     "replicas",
-    "cpu_milli",
-    "memory_mib",
+    *RESOURCE_FIELDS,
     "max_runtime_seconds",
 )
 # Set only through a preset (a tenant admin's choice), never by the submitter directly.
@@ -70,8 +71,9 @@ class WorkloadSpec:
     """One workload as submitted: a gang of `replicas` replicas of `gpus_per_replica` GPUs in `pool`.
 
     `gpu_models` empty means any model; `max_runtime_seconds` None means the
-    quota's maximum. `preset` is the launch preset it came from, whose idle
-    timeout a notebook keeps.
+    quota's maximum; `shm_mib` (the size of /dev/shm, at most `memory_mib`)
+    None means the runtime's default (Docker's 64 MiB). `preset` is the
+    launch preset it came from, whose idle timeout a notebook keeps.
     """
 
     name: str
@@ -85,6 +87,7 @@ class WorkloadSpec:
     gpu_models: list[str] = field(default_factory=list)
     cpu_milli: int = 1000
     memory_mib: int = 4096
+    shm_mib: int | None = None
     priority_class: str = PriorityClass.NORMAL
     max_runtime_seconds: int | None = None
     requeue_limit: int = 3
@@ -93,19 +96,6 @@ class WorkloadSpec:
     stop_signal: str = "SIGTERM"
     preset: LaunchPreset | None = None
     idle_timeout_seconds: int | None = None
-
-    @classmethod
-    def from_data(cls, data: Mapping[str, Any]) -> WorkloadSpec:
-        """Return the spec `data` describes, its preset's fields filling those it leaves out.
-
-        Raises ValidationError naming every field that breaks its rule at
-        once (`parse`): unknown and missing keys, a `preset` that is
-        not a launch preset, and each field's own rule.
-        """
-        merged, errors = parse(data)
-        if errors:
-            raise ValidationError(errors)
-        return cls(**merged)
 
     @property
     def total_gpus(self) -> int:
@@ -118,7 +108,7 @@ class WorkloadSpec:
         data["pool"] = self.pool.pk
         data["gpu_models"] = sorted(set(self.gpu_models))
         # Left out when unset, so a request without a preset keeps the digest it always had.
-        for name in ("preset", "idle_timeout_seconds"):
+        for name in ("preset", "idle_timeout_seconds", "shm_mib"):
             if data[name] is None:
                 del data[name]
         if self.preset is not None:
@@ -127,8 +117,9 @@ class WorkloadSpec:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(WorkloadSpec))
+_DEFAULT_MEMORY_MIB: int = WorkloadSpec.memory_mib  # a dataclass field's default is its class attribute
 _INPUT_FIELDS = frozenset(_FIELD_NAMES) - _NOT_INPUT
-_NULLABLE = frozenset({"max_runtime_seconds", "preset", "idle_timeout_seconds"})
+_NULLABLE = frozenset({"max_runtime_seconds", "preset", "idle_timeout_seconds", "shm_mib"})
 
 
 def _with_preset(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -212,11 +203,6 @@ def split_command(line: str) -> list[str]:
         raise invalid("command", "invalid", f"Cannot split the command: {error}.") from None
 
 
-def check_spec(spec: WorkloadSpec) -> None:
-    """Return None when every field of `spec` follows its rule; raise ValidationError naming every one that does not."""
-    raise_errors(rule_errors({name: getattr(spec, name) for name in _RULES}))
-
-
 def rule_errors(values: Mapping[str, Any], *, skip: Collection[str] = ()) -> FieldErrors:
     """Return the rule each field of `values` breaks, by field (no database); fields in `skip` are left alone.
 
@@ -225,13 +211,15 @@ def rule_errors(values: Mapping[str, Any], *, skip: Collection[str] = ()) -> Fie
     follows its rule.
     """
     errors: FieldErrors = {}
+    # A skipped field reads as None to the rules of the others (shm_mib's bound is the memory), never as its default.
+    seen = {**values, **dict.fromkeys(skip)} if skip else values
     for name, value in values.items():
         rule = _RULES.get(name)
         # The idle timeout's rule depends on the kind: judged only once the kind could be read.
         if rule is None or name in skip or (name == "idle_timeout_seconds" and "kind" in skip):
             continue
         try:
-            rule(value, values)
+            rule(value, seen)
         except ValidationError as error:
             add_errors(errors, error)
     return errors
@@ -288,14 +276,6 @@ def check_image(image: Any) -> None:
         )
 
 
-def check_container(image: str, command: Any, env: Any) -> None:
-    """Raise ValidationError naming every field and rule for which a runtime would refuse this container request."""
-    errors: FieldErrors = {}
-    for name, value in (("image", image), ("command", command), ("env", env)):
-        gather(errors, functools.partial(check_container_part, name, value))
-    raise_errors(errors)
-
-
 def check_container_part(name: str, value: Any) -> None:
     """Raise ValidationError naming the field (`command[2]`, `env.HOME`) when a runtime would refuse it."""
     # The same gate every runtime applies before starting a container: a spec
@@ -309,13 +289,26 @@ def check_container_part(name: str, value: Any) -> None:
 
 def check_int(name: str, value: Any) -> None:
     """Raise ValidationError on `name` unless `value` is a whole number in the field's range."""
-    if value is None and name == "max_runtime_seconds":
+    if value is None and name in _NULLABLE:
         return
     low, high = _INT_RANGES[name]
     if isinstance(value, bool) or not isinstance(value, int):
         raise invalid(name, "invalid", "Must be a whole number.")
     if not low <= value <= high:
         raise invalid(name, "out_of_range", f"Must be between {low} and {high}.")
+
+
+def check_shm(shm_mib: Any, memory_mib: Any) -> None:
+    """Raise ValidationError on `shm_mib` unless it is None, or a whole number in range and at most `memory_mib`.
+
+    /dev/shm is memory the workload holds, so it cannot exceed its memory
+    (rule `over_memory`). Compared only with a `memory_mib` that meets its own rule.
+    """
+    check_int("shm_mib", shm_mib)
+    low, high = _INT_RANGES["memory_mib"]
+    memory_read = isinstance(memory_mib, int) and not isinstance(memory_mib, bool) and low <= memory_mib <= high
+    if shm_mib is not None and memory_read and shm_mib > memory_mib:
+        raise invalid("shm_mib", "over_memory", f"Must be at most memory_mib ({memory_mib} MiB).")
 
 
 def check_gpu_models(models: Any) -> None:
@@ -333,6 +326,7 @@ def _check_int_rule(name: str, value: Any, values: Mapping[str, Any]) -> None:
 def _check_image_rule(image: Any, values: Mapping[str, Any]) -> None:
     check_image(image)
     check_container_part("image", image)  # after the stricter rule above: the runtime's own gate as well
+    check_registry(image)  # never a pull from the node's own loopback or a metadata service, unless allowed
 
 
 # The rule of each field of a spec: (the value, all the values) -> None, or ValidationError naming the field.
@@ -345,6 +339,7 @@ _RULES: dict[str, Callable[[Any, Mapping[str, Any]], None]] = {
     "command": lambda value, _: check_container_part("command", value),
     "env": lambda value, _: check_container_part("env", value),
     **{name: functools.partial(_check_int_rule, name) for name in _INT_RANGES},
+    "shm_mib": lambda value, values: check_shm(value, values.get("memory_mib", _DEFAULT_MEMORY_MIB)),
     "gpu_models": lambda value, _: check_gpu_models(value),
     "idle_timeout_seconds": lambda value, values: check_idle_timeout(value, values.get("kind", WorkloadKind.JOB)),
 }

@@ -16,6 +16,7 @@ fair-share order).
 
 from __future__ import annotations
 
+import typing
 from datetime import datetime
 
 from django.conf import settings
@@ -23,6 +24,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from common.protocol.messages import Runtime, StopReplica
+from inventory.services.installation import installation_id
 from jobs import dispatch
 from jobs.choices import ACTIVE_STATES, TERMINAL_STATES, ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
@@ -80,32 +83,59 @@ def request_replica_stops(workload: Workload) -> int:
         .order_by("index")
     )
     grace = grace_seconds(workload)
+    note_platform_stop(live, workload.reason_message)
     for replica in live:
-        dispatch.send_on_commit(
-            dispatch.STOP_REPLICA, queue=replica.node.agent_queue, kwargs=stop_message(replica, grace)
-        )
+        dispatch.message_on_commit(stop_message(replica, grace), queue=replica.node.agent_queue)
     return len(live)
 
 
-def stop_message(replica: Replica, grace: int, *, remove: bool = True, ended: bool = False) -> dict[str, object]:
-    """Return the arguments of the agent's `stop_replica` for `replica`.
+PLATFORM_STOP = "Stopped by the platform: "
+
+
+def note_platform_stop(replicas: list[Replica], reason: str) -> None:
+    """Record on each of `replicas` (about to be stopped) that the platform stops it, and why.
+
+    The replica's exit (often 137 or 143: the signal the stop sent) then
+    shows this reason, not a bare exit code (`exit_message`).
+    """
+    note = PLATFORM_STOP + (reason or "its workload no longer runs this attempt.")
+    for replica in replicas:
+        replica.message = note[:2000]
+    Replica.all_tenants.filter(pk__in=[replica.pk for replica in replicas]).update(message=note[:2000])
+
+
+def exit_message(noted: str, reported: str, exit_code: int | None) -> str:
+    """Return what a replica's exit records: the platform's stop reason when `noted` holds one, else `reported`.
+
+    `noted` is the replica's message before the exit, `reported` what the
+    node said (the runtime's note, e.g. "killed: out of memory").
+    """
+    if not noted.startswith(PLATFORM_STOP):
+        return reported
+    code = f" It exited with code {exit_code} once stopped." if exit_code is not None else ""
+    return noted + code
+
+
+def stop_message(replica: Replica, grace: int, *, remove: bool = True, ended: bool = False) -> StopReplica:
+    """Return the agent's `StopReplica` for `replica`.
 
     `ended` says the ledger already holds the replica's exit (only its
     leftovers go): the agent then sends no exit report of its own, which
     the controller would only have to read and drop.
     """
-    return {
-        "node": replica.node.name,
-        "runtime": replica.node.runtime,
-        "name": replica.name,
-        "handle": replica.handle,
-        "workload_id": replica.workload_id,
-        "attempt": replica.attempt,
-        "replica": replica.index,
-        "grace_seconds": grace,
-        "remove": remove,
-        "ended": ended,
-    }
+    return StopReplica(
+        node=replica.node.name,
+        installation=installation_id(),  # without a handle, the agent finds only this console's replica
+        runtime=typing.cast(Runtime, replica.node.runtime),
+        name=replica.name,
+        handle=replica.handle or {},
+        workload_id=replica.workload_id,
+        attempt=replica.attempt,
+        replica=replica.index,
+        grace_seconds=grace,
+        remove=remove,
+        ended=ended,
+    )
 
 
 @transaction.atomic

@@ -15,6 +15,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from common import control
+from common.task_names import CONFIRM_START_TIMEOUTS
 from inventory.choices import NodeState
 from jobs import dispatch
 from jobs.choices import ACTIVE_STATES, ReasonCode, WorkloadKind, WorkloadState
@@ -62,7 +63,7 @@ def enforce_time_limits(*, now: datetime | None = None, confirm_later: bool = Fa
     if confirm_later:
         if stuck:
             kwargs = {"workload_ids": stuck, "cutoff": cutoff.isoformat()}
-            dispatch.send(dispatch.CONFIRM_START_TIMEOUTS, queue=control.CONTROL_QUEUE, kwargs=kwargs)
+            dispatch.send(CONFIRM_START_TIMEOUTS, queue=control.CONTROL_QUEUE, kwargs=kwargs)
         return {"max_runtime": over, "start_timeout": 0, "start_timeout_to_confirm": len(stuck)}
     return {"max_runtime": over, "start_timeout": fail_start_timeouts(stuck, cutoff=cutoff)}
 

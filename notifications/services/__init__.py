@@ -15,6 +15,7 @@ from notifications.services.notify import (
     notify_idle_warning,
     notify_node_health,
     notify_request_decided,
+    notify_work_stopped,
     notify_workload_ended,
     tenant_admins,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "notify_idle_warning",
     "notify_node_health",
     "notify_request_decided",
+    "notify_work_stopped",
     "notify_workload_ended",
     "recover_stale_claims",
     "require_webhooks_manageable",

@@ -71,7 +71,8 @@ def _record(
     kind: EventKind, tenant: Tenant | None, found: Listeners, *, subject: str, body: str, payload: Mapping[str, Any]
 ) -> Notification:
     now = timezone.now()
-    notification = Notification.all_tenants.create(
+    tenant_id = tenant.pk if tenant is not None else None
+    notification = selectors.owned_by(Notification, tenant_id).create(
         tenant=tenant, kind=kind, subject=subject[:MAX_SUBJECT], body=body[:MAX_BODY], payload=dict(payload),
         created_at=now,
     )  # fmt: skip
@@ -79,7 +80,7 @@ def _record(
     deliveries = [
         Delivery(channel=Channel.EMAIL, user_id=r.user_id, address=r.address, **common) for r in found.recipients
     ] + [Delivery(channel=Channel.WEBHOOK, endpoint=e, address=e.url, **common) for e in found.endpoints]
-    Delivery.all_tenants.bulk_create(deliveries)
+    selectors.owned_by(Delivery, tenant_id).bulk_create(deliveries)
     enqueue_on_commit([delivery.pk for delivery in deliveries])
     return notification
 
@@ -287,6 +288,33 @@ def notify_workload_ended(
         "message": message,
     }
     return _record(kind, tenant, found, subject=subject, body=body, payload=payload)
+
+
+def notify_work_stopped(
+    *, tenant: Tenant, owner_id: int, workload_id: int, name: str, workload_kind: str, state: str, message: str
+) -> Notification | None:
+    """Tell a workload's owner, the tenant's admins (each as they chose) and subscribed webhooks that the
+    platform stopped it because its owner lost access; `message` is the reason its timeline shows.
+    Returns the Notification, or None when nobody listens.
+
+    It is a `workload.stopped` event (reason_code ACCESS_REVOKED), heard by
+    default unlike `workload.failed`: the owner did not cause it.
+    """
+    people = {owner_id, *tenant_admins(tenant).values_list("pk", flat=True)}
+    found = listeners(EventKind.WORKLOAD_STOPPED, tenant_id=tenant.pk, users=sorted(people))
+    if not found:
+        return None
+    what = "Job" if workload_kind == "job" else "Notebook"
+    subject = f"{what} {name} was stopped"
+    body = f"{what} {name} (#{workload_id}) in {tenant.name} ({tenant.slug}): {message}"
+    payload = {
+        "workload": {"id": workload_id, "name": name, "kind": workload_kind},
+        "owner": _username(owner_id),
+        "state": state,
+        "reason_code": "ACCESS_REVOKED",
+        "message": message,
+    }
+    return _record(EventKind.WORKLOAD_STOPPED, tenant, found, subject=subject, body=body, payload=payload)
 
 
 def notify_node_health(*, node: str, summary: str, data: Mapping[str, Any]) -> Notification | None:

@@ -51,7 +51,7 @@ def set_email_choices(*, actor: Actor, tenant: Tenant | None, choices: Mapping[s
     tenant_id = tenant.pk if tenant is not None else None
     raise_errors(choice_errors(choices, tenant_id=tenant_id))
     for kind, email in choices.items():
-        NotificationPreference.all_tenants.update_or_create(
+        selectors.owned_by(NotificationPreference, tenant_id).update_or_create(
             tenant=tenant, user=user, kind=kind, defaults={"email": email}
         )
     return selectors.email_choices(user, tenant_id)

@@ -31,13 +31,13 @@ from django.db.models import F
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from notifications.choices import Channel, DeliveryState
+from common.task_names import SEND_DELIVERY
+from notifications.choices import DELIVERY_TRANSITIONS, Channel, DeliveryState
 from notifications.models import Delivery
 from notifications.transports import TRANSPORTS, Outbound, Outcome, webhook_body
 
 log = logging.getLogger(__name__)
 
-SEND_TASK = "notifications.send_delivery"
 # A claim older than this belongs to a worker that died: every transport call has a timeout far below it.
 STALE_CLAIM = timedelta(minutes=10)
 # Deliveries a periodic run claims at once, and the threads that send them.
@@ -66,7 +66,7 @@ def enqueue(delivery_ids: list[int]) -> None:
     (the periodic `send_due_deliveries` finds them)."""
     for delivery_id in delivery_ids:
         try:
-            current_app.send_task(SEND_TASK, kwargs={"delivery_id": delivery_id}, queue="control")
+            current_app.send_task(SEND_DELIVERY, kwargs={"delivery_id": delivery_id}, queue="control")
         except (OperationalError, OSError):
             log.warning("could not enqueue delivery %s; the periodic run will send it", delivery_id, exc_info=True)
             return
@@ -80,8 +80,13 @@ def enqueue_on_commit(delivery_ids: list[int]) -> None:
 def _claim(delivery_id: int, now: datetime) -> Delivery | None:
     """Move a due delivery from pending to sending; return it loaded for sending, or None when it was not due,
     not pending, or another worker claimed it first."""
-    claimed = Delivery.all_tenants.filter(pk=delivery_id, state=DeliveryState.PENDING, next_attempt_at__lte=now).update(
-        state=DeliveryState.SENDING, claimed_at=now, attempts=F("attempts") + 1, updated_at=now
+    claimed = DELIVERY_TRANSITIONS.move(
+        Delivery.all_tenants.filter(pk=delivery_id, next_attempt_at__lte=now),
+        from_states=[DeliveryState.PENDING],
+        to_state=DeliveryState.SENDING,
+        claimed_at=now,
+        attempts=F("attempts") + 1,
+        updated_at=now,
     )
     if claimed != 1:
         return None
@@ -162,10 +167,13 @@ def _record(delivery: Delivery, outcome: Outcome, took_ms: int, *, now: datetime
         )
         changes["next_attempt_at"] = now + wait
         entry["retry_at"] = changes["next_attempt_at"].isoformat()
-    changes.update(state=state, attempt_log=[*delivery.attempt_log, entry])
-    kept = Delivery.all_tenants.filter(
-        pk=delivery.pk, state=DeliveryState.SENDING, claimed_at=delivery.claimed_at
-    ).update(**changes)
+    changes["attempt_log"] = [*delivery.attempt_log, entry]
+    kept = DELIVERY_TRANSITIONS.move(
+        Delivery.all_tenants.filter(pk=delivery.pk, claimed_at=delivery.claimed_at),
+        from_states=[DeliveryState.SENDING],
+        to_state=state,
+        **changes,
+    )
     if kept != 1:
         log.warning("delivery %s: the claim was taken back while sending; its outcome is dropped", delivery.pk)
     return state
@@ -185,8 +193,12 @@ def send_delivery(*, delivery_id: int, now: datetime | None = None) -> DeliveryS
 
 def recover_stale_claims(*, now: datetime) -> int:
     """Put claims older than STALE_CLAIM (their worker died) back to pending, due now; return how many."""
-    return Delivery.all_tenants.filter(state=DeliveryState.SENDING, claimed_at__lt=now - STALE_CLAIM).update(
-        state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now
+    return DELIVERY_TRANSITIONS.move(
+        Delivery.all_tenants.filter(claimed_at__lt=now - STALE_CLAIM),
+        from_states=[DeliveryState.SENDING],
+        to_state=DeliveryState.PENDING,
+        next_attempt_at=now,
+        updated_at=now,
     )
 
 

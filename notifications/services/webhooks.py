@@ -104,11 +104,11 @@ def create_webhook(
     tenant_id = tenant.pk if tenant is not None else None
     _require_manager(actor, tenant_id, tenant)
     raise_errors(webhook_errors({"url": url, "kinds": list(kinds), "description": description}, tenant_id=tenant_id))
-    existing = WebhookEndpoint.all_tenants.filter(tenant_id=tenant_id) if tenant_id else selectors.platform_endpoints()
+    existing = selectors.owned_by(WebhookEndpoint, tenant_id)
     if existing.count() >= MAX_ENDPOINTS:
         raise Conflict(f"A tenant has at most {MAX_ENDPOINTS} webhook endpoints.", code="too_many_webhooks")
     secret = signing.new_secret()
-    endpoint = WebhookEndpoint.all_tenants.create(
+    endpoint = existing.create(
         tenant=tenant, url=url.strip(), kinds=sorted(set(kinds)), description=description.strip(),
         is_active=is_active, secret=secret, created_by=actor.user,
     )  # fmt: skip
@@ -119,7 +119,7 @@ def create_webhook(
 
 
 def _locked(endpoint: WebhookEndpoint) -> WebhookEndpoint:
-    return WebhookEndpoint.all_tenants.select_for_update().get(pk=endpoint.pk)
+    return selectors.owned_by(WebhookEndpoint, endpoint.tenant_id).select_for_update().get(pk=endpoint.pk)
 
 
 @transaction.atomic

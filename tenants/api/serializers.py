@@ -11,7 +11,7 @@ from common.api.fields import ID_MAX, Integer
 from inventory.selectors import pool_capacity, pools_open_to_tenant
 from tenants.api.fields import GpuLimitField, MembershipRoleField, ScopedSlugField
 from tenants.choices import MEMBERSHIP_ROLES, Role
-from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota
+from tenants.models import ApiToken, AuditEvent, Invitation, Membership, Project, ProjectQuota, Tenant, TenantQuota
 from tenants.selectors import projects_in_scope, tenants_visible_to
 
 MAX_TEXT = 2000
@@ -110,6 +110,49 @@ class MembershipCreateSerializer(serializers.Serializer):
         max_length=1000,
         help_text="Slugs of the tenant's projects the member joins.",
     )
+
+
+class InvitationSerializer(serializers.ModelSerializer):
+    """An invitation as its tenant's admins see it: `state` is `invited` until it is answered or withdrawn."""
+
+    projects: Any = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
+    # Blank when the inviter gave none: the schema must not promise an e-mail format.
+    email = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Invitation
+        fields = ["id", "username", "email", "role", "projects", "state", "created_at", "expires_at", "answered_at"]
+        read_only_fields = fields
+
+
+class IssuedInvitationSerializer(InvitationSerializer):
+    """An invitation as returned once, at creation, with its one-time link: the same shape whether or not
+    the user name is taken anywhere."""
+
+    invite_url = serializers.CharField(read_only=True)
+
+    class Meta(InvitationSerializer.Meta):
+        fields = [*InvitationSerializer.Meta.fields, "invite_url"]
+        read_only_fields = fields
+
+
+class InvitationToMeSerializer(serializers.ModelSerializer):
+    """An invitation as its addressee sees it: which tenant, with which role and projects, until when."""
+
+    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    tenant_name = serializers.CharField(source="tenant.name", read_only=True)
+    projects: Any = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
+
+    class Meta:
+        model = Invitation
+        fields = ["id", "tenant", "tenant_name", "role", "projects", "expires_at"]
+        read_only_fields = fields
+
+
+class InvitationAnswerSerializer(serializers.Serializer):
+    """The secret of an invitation link: the last part of its path."""
+
+    secret = serializers.CharField(max_length=200)
 
 
 class MembershipUpdateSerializer(serializers.Serializer):

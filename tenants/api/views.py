@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -16,7 +17,7 @@ from tenants.api import serializers as s
 from tenants.api.base import PlatformViewSet, TenantViewSet
 from tenants.choices import Role
 from tenants.filters import AuditEventFilter, PlatformAuditEventFilter
-from tenants.models import ApiToken, AuditEvent, Membership, Project, ProjectQuota, Tenant, TenantQuota
+from tenants.models import ApiToken, AuditEvent, Invitation, Membership, Project, ProjectQuota, Tenant, TenantQuota
 
 _READ = (mixins.ListModelMixin, mixins.RetrieveModelMixin)
 
@@ -77,7 +78,8 @@ class ProjectEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
 
 
 class MembershipEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
-    """A tenant's members: everyone in the tenant reads, tenant admins invite, change and remove."""
+    """A tenant's members: everyone in the tenant reads, tenant admins change and remove. Members join by
+    answering an invitation (`InvitationEndpoint`), never by an admin's word alone."""
 
     serializer_class = s.MembershipSerializer
     ordering_fields = ["user__username", "role", "created_at"]
@@ -87,14 +89,6 @@ class MembershipEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
     def scoped_queryset(self) -> QuerySet[Membership]:
         return selectors.memberships_in_scope()
 
-    @extend_schema(request=s.MembershipCreateSerializer, responses={201: s.MembershipSerializer})
-    def create(self, request: Request, tenant: str) -> Response:
-        data = self.validated_input(s.MembershipCreateSerializer)
-        invitation = services.invite_member(actor=self.actor, tenant=self.tenant, **data)
-        body: dict[str, Any] = dict(self.get_serializer(invitation.membership).data)
-        body["setup_url"] = request.build_absolute_uri(invitation.setup_path) if invitation.setup_path else None
-        return Response(body, status=status.HTTP_201_CREATED)
-
     @extend_schema(request=s.MembershipUpdateSerializer, responses=s.MembershipSerializer)
     def partial_update(self, request: Request, tenant: str, pk: str) -> Response:
         data = self.validated_input(s.MembershipUpdateSerializer, partial=True)
@@ -102,6 +96,59 @@ class MembershipEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
 
     def destroy(self, request: Request, tenant: str, pk: str) -> Response:
         services.remove_member(actor=self.actor, membership=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InvitationEndpoint(*_READ, TenantViewSet):  # type: ignore[misc]
+    """A tenant's invitations, for its admins: POST invites (the answer carries the one-time `invite_url`,
+    the same shape whether or not the user name is taken), DELETE withdraws a pending one."""
+
+    serializer_class = s.InvitationSerializer
+    read_role = Role.ADMIN
+    ordering_fields = ["created_at", "username"]
+    filterset_fields = ["state"]
+
+    def scoped_queryset(self) -> QuerySet[Invitation]:
+        return selectors.invitations_in_scope()
+
+    @extend_schema(request=s.MembershipCreateSerializer, responses={201: s.IssuedInvitationSerializer})
+    def create(self, request: Request, tenant: str) -> Response:
+        data = self.validated_input(s.MembershipCreateSerializer)
+        issued = services.invite_member(actor=self.actor, tenant=self.tenant, **data)
+        body: dict[str, Any] = dict(self.get_serializer(issued.invitation).data)
+        body["invite_url"] = request.build_absolute_uri(issued.link_path)
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={200: s.InvitationSerializer})
+    def destroy(self, request: Request, tenant: str, pk: str) -> Response:
+        return self.respond(services.withdraw_invitation(actor=self.actor, invitation=self.get_object()))
+
+
+class InvitationToMeEndpoint(mixins.ListModelMixin, PlatformViewSet):
+    """The invitations addressed to the caller's user name; `accept` and `decline` answer one by the secret
+    of its link, signed in with a password (a session): an API token acts inside one tenant and cannot."""
+
+    serializer_class = s.InvitationToMeSerializer
+    action_roles = {"accept": Role.VIEWER, "decline": Role.VIEWER}
+
+    def scoped_queryset(self) -> QuerySet[Invitation]:
+        if self.actor.user is None:
+            return Invitation.all_tenants.none()
+        return selectors.open_invitations_of_user(self.actor.user)
+
+    @extend_schema(request=s.InvitationAnswerSerializer, responses={201: s.MembershipOfUserSerializer})
+    @action(detail=False, methods=["post"])
+    def accept(self, request: Request) -> Response:
+        secret = self.validated_input(s.InvitationAnswerSerializer)["secret"]
+        membership = services.accept_invitation(actor=self.actor, secret=secret)
+        return Response(s.MembershipOfUserSerializer(membership).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.InvitationAnswerSerializer, responses={204: None})
+    @action(detail=False, methods=["post"])
+    def decline(self, request: Request) -> Response:
+        services.decline_invitation(
+            actor=self.actor, secret=self.validated_input(s.InvitationAnswerSerializer)["secret"]
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from contextvars import ContextVar, Token
 
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import Http404
+from kombu.exceptions import OperationalError
 
+from common import control
+from common.task_names import STOP_ORPHANED_WORK
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Tenant
@@ -62,3 +67,24 @@ def require_operator(actor: Actor) -> None:
     """Raise PermissionDenied unless `actor` is a platform operator."""
     if not actor.is_operator:
         raise PermissionDenied("Only operators can do this.")
+
+
+log = logging.getLogger(__name__)
+
+
+def request_work_sweep() -> None:
+    """Ask, once the current transaction commits, for the work of people who lost access to be stopped.
+
+    Called by every service that ends access (a removed member, a
+    deactivated account or tenant). A lost request only delays the stop
+    until the periodic sweep (WORK_SWEEP_SECONDS).
+    """
+    transaction.on_commit(_enqueue_work_sweep)
+
+
+def _enqueue_work_sweep() -> None:
+    try:
+        # The controller's sweep (jobs.services.revocation), asked for by name: tenancy never imports the jobs app.
+        control.request(STOP_ORPHANED_WORK)
+    except (OperationalError, OSError):
+        log.warning("could not enqueue %s; the periodic sweep will stop the work", STOP_ORPHANED_WORK, exc_info=True)

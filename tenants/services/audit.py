@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from django.db import models
 
-from common import bulk
+from common import fast_bulk
 from common.errors import FieldErrors, gather, raise_errors
 from tenants.context import Actor, RequestInfo, current_request_info
 from tenants.models import AuditEvent
@@ -161,4 +161,4 @@ def audit_event(
 
 def record_audit_events(events: Sequence[AuditEvent]) -> None:
     """Write events built by `audit_event` in one statement, inside the actions' transaction."""
-    bulk.insert(events)
+    fast_bulk.insert(events)

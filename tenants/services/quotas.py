@@ -40,6 +40,7 @@ from tenants.models import (
     Tenant,
     TenantQuota,
 )
+from tenants.scoping import tenant_scope
 from tenants.services.access import require_operator, require_role
 from tenants.services.audit import JsonDict, delete_audited, record_audit_event, update_audited
 
@@ -119,7 +120,8 @@ def _check_pool_open_to(tenant: Tenant, pool: Any) -> None:
 
 
 def _project_quotas(tenant: Tenant, pool_id: int) -> list[ProjectQuota]:
-    return list(ProjectQuota.all_tenants.filter(tenant=tenant, pool_id=pool_id))
+    with tenant_scope(tenant):
+        return list(ProjectQuota.objects.filter(pool_id=pool_id))
 
 
 def _tenant_covers_projects(tenant: Tenant, pool_id: int, values: QuotaValues, errors: FieldErrors) -> None:
@@ -163,12 +165,10 @@ def _project_within_tenant(tenant_quota: TenantQuota, values: QuotaValues, error
 
 
 def _locked_tenant_quota(tenant: Tenant, pool_id: int) -> TenantQuota | None:
-    return (
-        TenantQuota.all_tenants.select_for_update(of=("self",))
-        .select_related("tenant")
-        .filter(tenant=tenant, pool_id=pool_id)
-        .first()
-    )
+    with tenant_scope(tenant):
+        return (
+            TenantQuota.objects.select_for_update(of=("self",)).select_related("tenant").filter(pool_id=pool_id).first()
+        )
 
 
 def _quota_snapshot(quota: TenantQuota | ProjectQuota) -> JsonDict:
@@ -190,7 +190,8 @@ def create_tenant_quota(*, actor: Actor, tenant: Tenant, pool: Any, values: Quot
             errors, invalid("pool", "unique", f"The tenant already has a quota in pool {pool.name}; change that one.")
         )
     raise_errors(errors)
-    quota = TenantQuota.all_tenants.create(tenant=tenant, pool=pool, **asdict(values))
+    with tenant_scope(tenant):
+        quota = TenantQuota.objects.create(tenant=tenant, pool=pool, **asdict(values))
     record_audit_event(
         actor=actor, action="tenant_quota.create", obj=quota, tenant_id=tenant.pk, after=_quota_snapshot(quota)
     )
@@ -222,10 +223,16 @@ def update_tenant_quota(*, actor: Actor, quota: TenantQuota, changes: dict[str, 
 def delete_tenant_quota(*, actor: Actor, quota: TenantQuota) -> None:
     """Remove a tenant quota and, with it, its projects' quotas in that pool; operators only."""
     require_operator(actor)
-    ProjectQuota.all_tenants.filter(tenant_id=quota.tenant_id, pool_id=quota.pool_id).delete()
+    with tenant_scope(quota.tenant):
+        ProjectQuota.objects.filter(pool_id=quota.pool_id).delete()
     delete_audited(
         actor=actor, action="tenant_quota.delete", obj=quota, tenant_id=quota.tenant_id, audited=_quota_snapshot
     )
+
+
+def _project_has_quota(project: Project, pool: Any) -> bool:
+    with tenant_scope(project.tenant):
+        return ProjectQuota.objects.filter(project=project, pool=pool).exists()
 
 
 @transaction.atomic
@@ -237,13 +244,14 @@ def create_project_quota(*, actor: Actor, project: Project, pool: Any, values: Q
     if tenant_quota is None:
         message = f"The tenant has no quota in pool {pool.name}; ask an operator for one."
         add_errors(errors, invalid("pool", "no_tenant_quota", message))
-    elif ProjectQuota.all_tenants.filter(project=project, pool=pool).exists():
+    elif _project_has_quota(project, pool):
         message = f"The project already has a quota in pool {pool.name}; change that one."
         add_errors(errors, invalid("pool", "unique", message))
     if tenant_quota is not None:
         _project_within_tenant(tenant_quota, values, errors)
     raise_errors(errors)
-    quota = ProjectQuota.all_tenants.create(tenant_id=project.tenant_id, project=project, pool=pool, **asdict(values))
+    with tenant_scope(project.tenant):
+        quota = ProjectQuota.objects.create(tenant_id=project.tenant_id, project=project, pool=pool, **asdict(values))
     record_audit_event(
         actor=actor, action="project_quota.create", obj=quota, tenant_id=project.tenant_id, after=_quota_snapshot(quota)
     )
@@ -255,7 +263,8 @@ def update_project_quota(*, actor: Actor, quota: ProjectQuota, changes: dict[str
     """Change a project quota's numbers within the tenant's; tenant admins and operators."""
     require_role(actor, quota.project.tenant, Role.ADMIN)
     tenant_quota = _locked_tenant_quota(quota.project.tenant, quota.pool_id)
-    locked = ProjectQuota.all_tenants.select_for_update(of=("self",)).select_related("project").get(pk=quota.pk)
+    with tenant_scope(quota.project.tenant):
+        locked = ProjectQuota.objects.select_for_update(of=("self",)).select_related("project").get(pk=quota.pk)
     values = QuotaValues.of(locked).merged(changes)
     errors = _range_errors(values)
     if tenant_quota is None:

@@ -12,7 +12,8 @@ from common.errors import Conflict, FieldErrors, add_errors, gather, invalid, ra
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Project, Tenant
-from tenants.services.access import require_operator, require_role
+from tenants.scoping import tenant_scope
+from tenants.services.access import request_work_sweep, require_operator, require_role
 from tenants.services.audit import delete_audited, record_audit_event, snapshot, update_audited
 from tenants.services.validation import clean_fields
 
@@ -75,11 +76,14 @@ def update_tenant(
 
     `storage_limit_bytes` caps every volume of the tenant together,
     `home_limit_bytes` each member's home; None removes a limit. Raises
-    ValidationError naming every failing field (a negative limit).
+    ValidationError naming every failing field (a negative limit). Deactivating
+    it stops its running work within a minute (`request_work_sweep`).
     """
     require_operator(actor)
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
     limits = _limits(storage_limit_bytes=storage_limit_bytes, home_limit_bytes=home_limit_bytes)
+    if is_active is False:
+        request_work_sweep()  # a deactivated tenant's running work stops (jobs.services.revocation)
     return update_audited(
         actor=actor,
         action="tenant.update",
@@ -105,6 +109,11 @@ def delete_tenant(*, actor: Actor, tenant: Tenant) -> None:
         ) from error
 
 
+def _slug_taken(tenant: Tenant, slug: str) -> bool:
+    with tenant_scope(tenant):
+        return Project.objects.filter(slug=slug).exists()
+
+
 @transaction.atomic
 def create_project(*, actor: Actor, tenant: Tenant, slug: str, name: str, description: str = "") -> Project:
     """Create a project in `tenant`; tenant admins and operators.
@@ -115,7 +124,7 @@ def create_project(*, actor: Actor, tenant: Tenant, slug: str, name: str, descri
     project = Project(tenant=tenant, slug=slug, name=name, description=description)
     errors: FieldErrors = {}
     gather(errors, lambda: clean_fields(project, exclude=["tenant"]))
-    if "slug" not in errors and Project.all_tenants.filter(tenant=tenant, slug=slug).exists():
+    if "slug" not in errors and _slug_taken(tenant, slug):
         add_errors(errors, invalid("slug", "unique", f"Project {slug!r} already exists in this tenant."))
     raise_errors(errors)
     project.save()
@@ -141,7 +150,8 @@ def update_project(
     ValidationError naming every failing field (negative, above the tenant's).
     """
     require_role(actor, project.tenant, Role.ADMIN)
-    project = Project.all_tenants.select_for_update().get(pk=project.pk)
+    with tenant_scope(project.tenant):
+        project = Project.objects.select_for_update().get(pk=project.pk)
     limits = _limits(storage_limit_bytes=storage_limit_bytes)
     tenant_limit = project.tenant.storage_limit_bytes
     limit = limits.get("storage_limit_bytes")

@@ -7,7 +7,7 @@ import hmac
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.errors import invalid
-from tenants import sql
+from tenants import fast_sql
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import ApiToken, Tenant
@@ -71,9 +71,9 @@ def token_membership_role(token: ApiToken) -> Role | None:
 
 def _tokens_with_membership(field: str, values: Sequence[Any]) -> list[ApiToken]:
     """Return the tokens whose `field` is in `values`, each with its owner, tenant and the owner's membership
-    role there loaded; one query (`tenants.sql.tokens_with_role`)."""
+    role there loaded; one query (`tenants.fast_sql.tokens_with_role`)."""
     tokens = []
-    for token, role in sql.tokens_with_role(field, values):
+    for token, role in fast_sql.tokens_with_role(field, values):
         setattr(token, _MEMBERSHIP_ROLE, role)
         tokens.append(token)
     return tokens
@@ -220,6 +220,12 @@ def _check_role(actor: Actor, tenant: Tenant | None, role: str) -> Role:
     return wanted
 
 
+def _bounded_expiry(parent: ApiToken | None, wanted: datetime) -> datetime:
+    """Return `wanted`, or the expiry of the token that mints the new one when that comes first: a token
+    never makes credentials that outlive it (a stolen short-lived token must not become a long one)."""
+    return wanted if parent is None else min(wanted, parent.expires_at)
+
+
 @transaction.atomic
 def create_token(
     *, actor: Actor, tenant: Tenant | None, name: str, role: str | None = None, expires_in_days: int
@@ -228,7 +234,9 @@ def create_token(
 
     `role` None gives the token the owner's own role in `tenant` (a tenant
     admin's for an operator, an operator's when an operator names no
-    tenant), never above the acting token's own. Raises ValidationError
+    tenant), never above the acting token's own. A token minted by a token
+    (`actor.token`) expires no later than it and is revoked with it
+    (`revoke_token`). Raises ValidationError
     naming every failing field at once (a blank name, a lifetime outside
     1..API_TOKEN_MAX_DAYS, a role above the owner's); PermissionDenied when
     the actor is itself a token of another tenant.
@@ -255,11 +263,12 @@ def create_token(
     token = ApiToken.all_tenants.create(
         tenant=tenant,
         user=actor.user,
+        parent=actor.token,
         name=name.strip(),
         role=granted,
         prefix=prefix,
         digest=digest(secret),
-        expires_at=timezone.now() + timedelta(days=expires_in_days),
+        expires_at=_bounded_expiry(actor.token, timezone.now() + timedelta(days=expires_in_days)),
     )
     record_audit_event(
         actor=actor, action="api_token.create", obj=token, tenant_id=token.tenant_id, after=_token_snapshot(token)
@@ -294,12 +303,21 @@ def require_token_manageable(actor: Actor, token: ApiToken) -> None:
 def revoke_token(*, actor: Actor, token: ApiToken) -> ApiToken:
     """Revoke `token` so that its next request is refused; who may is `require_token_manageable`'s rule.
 
-    Revoking an already revoked token changes nothing and writes no event.
+    Every token minted by it, directly or through others, is revoked with
+    it (one audit event each): what a token made dies with it. Revoking an
+    already revoked token changes nothing and writes no event.
     """
     require_token_manageable(actor, token)
     token = ApiToken.all_tenants.select_for_update(of=("self",)).select_related("user").get(pk=token.pk)
     if token.revoked_at is not None:
         return token
+    revoked = _revoke_one(actor, token)
+    for child in _live_descendants(token):
+        _revoke_one(actor, child)
+    return revoked
+
+
+def _revoke_one(actor: Actor, token: ApiToken) -> ApiToken:
     return update_audited(
         actor=actor,
         action="api_token.revoke",
@@ -308,3 +326,18 @@ def revoke_token(*, actor: Actor, token: ApiToken) -> ApiToken:
         tenant_id=token.tenant_id,
         audited=_token_snapshot,
     )
+
+
+def _live_descendants(token: ApiToken) -> list[ApiToken]:
+    """Return the unrevoked tokens minted from `token`, at any depth, locked for update; one query a level."""
+    found: list[ApiToken] = []
+    level = [token.pk]
+    while level:
+        children = list(
+            ApiToken.all_tenants.select_for_update(of=("self",))
+            .select_related("user")
+            .filter(parent_id__in=level, revoked_at__isnull=True)
+        )
+        found.extend(children)
+        level = [child.pk for child in children]
+    return found

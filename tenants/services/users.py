@@ -13,23 +13,6 @@ from tenants.services.audit import record_audit_event
 
 
 @transaction.atomic
-def set_password(*, actor: Actor, user: User, password: str) -> User:
-    """Set `user`'s password after checking it against the password rules; raises ValidationError on `password`.
-
-    Used where a person chooses their own password (an invitation link);
-    the change is audited without the password, of course.
-    """
-    try:
-        validate_password(password, user)
-    except ValidationError as error:
-        raise ValidationError({"password": error.error_list}) from None
-    user.set_password(password)
-    user.save(update_fields=["password"])
-    record_audit_event(actor=actor, action="user.set_password", obj=user, tenant_id=None, after={"password": "set"})
-    return user
-
-
-@transaction.atomic
 def create_operator(*, actor: Actor, username: str, password: str, email: str = "") -> User:
     """Create a platform operator (staff and superuser) and return it.
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from accounting import increases
 from accounting.models import Budget
+from accounting.services import increases
 from tenants.context import Actor
 from tenants.models import Project, ProjectQuota, Tenant
 from tests.conftest import World

@@ -12,6 +12,7 @@ import pytest
 from django.utils import timezone
 
 from accounting.models import Price
+from inventory.models import NodePool
 from tests.accounting.factories import hold, workload
 from tests.conftest import World, client_for
 from tests.frontend.test_pages import logged_in
@@ -151,3 +152,18 @@ def test_a_price_applies_from_its_date_and_only_a_future_one_can_be_removed(worl
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "price_in_effect"
     assert operator.delete(f"/api/v1/prices/{later.json()['id']}/").status_code == 204
     assert list(Price.objects.values_list("amount_per_hour", flat=True)) == [Decimal("2")]
+
+
+def test_prices_of_a_pool_dedicated_to_another_tenant_are_hidden(world: World) -> None:
+    private = NodePool.objects.create(name="b-only", dedicated_tenant=world.tenant_b)
+    now = timezone.now()
+    shared = Price.objects.create(resource="gpu", amount_per_hour=Decimal("2"), effective_from=now)
+    secret = Price.objects.create(resource="gpu", pool=private, amount_per_hour=Decimal("7"), effective_from=now)
+
+    def seen(user: Any) -> set[int]:
+        return {row["id"] for row in client_for(user).get("/api/v1/prices/").json()["results"]}
+
+    assert seen(world.admin_a) == {shared.pk}
+    assert client_for(world.admin_a).get(f"/api/v1/prices/{secret.pk}/").status_code == 404
+    assert seen(world.admin_b) == {shared.pk, secret.pk}
+    assert seen(world.operator) == {shared.pk, secret.pk}

@@ -13,17 +13,19 @@ from django.http import Http404
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from accounting import budgets
-from accounting.budget_choices import HardAction, NoticeLevel
+from accounting.choices import HardAction, NoticeLevel
 from accounting.models import Budget, Price
-from accounting.notices import announce_budget_thresholds
 from accounting.periods import Period
 from accounting.selectors import tenant_report
+from accounting.selectors.budgets import budget_states, budgets_in_scope
+from accounting.services import budgets
+from accounting.services.notices import announce_budget_thresholds
 from jobs import services
 from jobs.choices import WorkloadState
 from jobs.models import Allocation, Replica, Workload
 from jobs.scheduler import shell
 from jobs.scheduler.core import Reason
+from jobs.services.execution import container_name
 from tenants.context import Actor
 from tenants.models import AuditEvent, Project
 from tenants.scoping import tenant_scope
@@ -173,7 +175,7 @@ def test_use_is_the_usage_reports_own_figure_by_owner_and_unit(world: World) -> 
     alpha = budget(world.tenant_a, world.project_a, amount="10")
     tenant_hours = budget(world.tenant_a, amount="4")
     tenant_money = budget(world.tenant_a, unit="money", amount="100")
-    states = {s.budget.pk: s for s in budgets.budget_states(now=NOW)}
+    states = {s.budget.pk: s for s in budget_states(now=NOW)}
     assert states[alpha.pk].used == Decimal("3")
     assert states[tenant_hours.pk].used == Decimal("5"), "the tenant's own counts every project, this month only"
     assert states[tenant_money.pk].used == Decimal("12.5")
@@ -189,9 +191,9 @@ def test_a_window_counts_only_itself_and_holds_nothing_outside_it(world: World) 
     hold(workload(world, world.project_a, world.member_a), node, node.gpus.get(), T0, T0 + timedelta(hours=10))
     later = budget(world.tenant_a, world.project_a, amount="1", period="window", hard_action="refuse_new",
                    window_start=T0 + timedelta(hours=8), window_end=T0 + timedelta(days=2))  # fmt: skip
-    (state,) = budgets.budget_states(now=NOW)
+    (state,) = budget_states(now=NOW)
     assert state.used == Decimal(2) and not state.in_force and not state.exhausted
-    (inside,) = budgets.budget_states(now=T0 + timedelta(days=1))
+    (inside,) = budget_states(now=T0 + timedelta(days=1))
     assert inside.in_force and inside.enforces(HardAction.REFUSE_NEW) and inside.budget == later
 
 
@@ -202,7 +204,7 @@ def test_states_of_many_budgets_take_a_fixed_number_of_queries(world: World) -> 
 
     def queries() -> int:
         with CaptureQueriesContext(connection) as captured:
-            budgets.budget_states(now=NOW)
+            budget_states(now=NOW)
         return len(captured.captured_queries)
 
     few = queries()
@@ -264,7 +266,7 @@ def test_a_stop_running_budget_stops_running_work_in_a_real_pass(world: World) -
     Allocation.all_tenants.create(tenant=world.tenant_a, workload=running, replica=0, node=node,
                                   gpu=node.gpus.get(index=0), created_at=started)  # fmt: skip
     Replica.all_tenants.create(tenant=world.tenant_a, workload=running, attempt=1, index=0, node=node,
-                               name=f"gpucloud-w{running.pk}-r0-a1", state="running")  # fmt: skip
+                               name=container_name(running.pk, 0, 1), state="running")  # fmt: skip
     waiting = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
     budget(world.tenant_a, world.project_a, amount="1", hard_action="stop_running", **_window())
     result = shell.run_pass()
@@ -299,7 +301,9 @@ def test_each_threshold_is_announced_once_per_period(
     world: World, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
     told: list[tuple[int, int]] = []
-    monkeypatch.setattr("accounting.notices.tell_threshold", lambda state, level: told.append((state.budget.pk, level)))
+    monkeypatch.setattr(
+        "accounting.services.notices.tell_threshold", lambda state, level: told.append((state.budget.pk, level))
+    )
     node = add_node(world, gpus=1)
     work = workload(world, world.project_a, world.member_a)
     hold(work, node, node.gpus.get(), T0, T0 + timedelta(hours=9))
@@ -324,7 +328,7 @@ def test_the_budgets_selector_is_scoped(world: World) -> None:
     budget(world.tenant_a, world.project_a)
     budget(world.tenant_b, world.project_b)
     with tenant_scope(world.tenant_b):
-        assert [b.project for b in budgets.budgets_in_scope()] == [world.project_b]
+        assert [b.project for b in budgets_in_scope()] == [world.project_b]
 
 
 def test_the_tenants_admins_hear_of_a_threshold(world: World, settings: Any) -> None:

@@ -11,9 +11,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 from django.utils import timezone
 
-from accounting import increases
-from accounting.increases import Ask
 from accounting.models import Budget, IncreaseRequest
+from accounting.services import increases
+from accounting.services.increases import Ask
 from common.errors import Conflict
 from tenants.context import Actor
 from tenants.models import AuditEvent, ProjectQuota, TenantQuota
@@ -114,7 +114,7 @@ def test_approving_a_budget_request_adds_the_extra_and_tells_the_requester(
     team: World, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
     told: list[int] = []
-    monkeypatch.setattr("accounting.increases.tell_requester", lambda request: told.append(request.pk))
+    monkeypatch.setattr("accounting.services.increases.tell_requester", lambda request: told.append(request.pk))
     asked = _ask(team, _budget_ask())
     with django_capture_on_commit_callbacks(execute=True):
         approved = increases.approve_request(actor=Actor(user=team.admin_a), request=asked, now=_now(), note="ok")

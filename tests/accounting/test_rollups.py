@@ -16,8 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from accounting.choices import Resource
 from accounting.models import Price, RollupMark, UsageHour
 from accounting.periods import Period
-from accounting.rollups import LATE, MAX_HOURS_PER_RUN, roll_up_hours, roll_up_recent, settled_after
 from accounting.selectors import Report, ledger, platform_report, tenant_report
+from accounting.services.rollups import LATE, MAX_HOURS_PER_RUN, roll_up_hours, roll_up_recent, settled_after
 from inventory.models import Gpu, GpuMinute, NodePool
 from jobs.choices import WorkloadState
 from jobs.models import Workload

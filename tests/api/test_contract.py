@@ -197,6 +197,16 @@ def _membership(world: World) -> dict[str, Any]:
     return {"pk": Membership.all_tenants.get(user=world.member_a).pk}
 
 
+def _invitation(world: World) -> dict[str, Any]:
+    with tenant_scope(world.tenant_a):
+        issued = services.invite_member(actor=Actor(user=world.admin_a), tenant=world.tenant_a, username="guest")
+    return {"pk": issued.invitation.pk}
+
+
+def _no_secret(world: World, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"secret": "made-up"}
+
+
 def _extra_pool(world: World) -> dict[str, Any]:
     NodePool.objects.create(name="extra")
     return {"pk": world.quota_a.pk}
@@ -220,6 +230,11 @@ def _workload_world(world: World) -> dict[str, Any]:
 
 def _workload_body(world: World, extra: dict[str, Any]) -> dict[str, Any]:
     return {"project": "alpha", "pool": "shared", "name": "fresh", "image": "busybox:1"}
+
+
+def _bulk_item(world: World, extra: dict[str, Any]) -> dict[str, Any]:
+    """A bulk item: a workload body without its project (the bulk's own; an item naming one is refused)."""
+    return {k: v for k, v in _workload_body(world, extra).items() if k != "project"}
 
 
 def _price(world: World) -> dict[str, Any]:
@@ -320,8 +335,16 @@ CONTRACTS = [
         detail_url=_t("memberships/{pk}/"),
         read=Role.VIEWER,
         setup=_membership,
-        create=lambda w, x: {"username": "newcomer", "role": "viewer"},
         update=lambda w, x: {"role": "viewer"},
+        delete=True,
+    ),
+    Contract(
+        basename="invitation",
+        list_url=_t("invitations/"),
+        detail_url=_t("invitations/{pk}/"),
+        read=Role.ADMIN,
+        setup=_invitation,
+        create=lambda w, x: {"username": "newcomer", "role": "viewer"},
         delete=True,
     ),
     Contract(
@@ -448,6 +471,20 @@ CONTRACTS = [
         setup=_ready_node,
     ),
     Contract(basename="me", list_url=_p("me/"), detail_url=None, read=Role.VIEWER, tenant_scoped=False),
+    # Answering (accept, decline) needs the link's secret and a password session: tests/tenants/test_invitations.py.
+    Contract(
+        basename="invitation-to-me",
+        list_url=_p("invitations/"),
+        detail_url=None,
+        read=Role.VIEWER,
+        tenant_scoped=False,
+        calls={
+            "invitation-accept": Call("post", _p("invitations/accept/"), Role.VIEWER, _no_secret, "accept"),
+            "invitation-decline": Call("post", _p("invitations/decline/"), Role.VIEWER, _no_secret, "decline"),
+        },
+        # A made-up secret opens nothing, whoever sends it; the real answers are in test_invitations.py.
+        authorized_status={"call:invitation-accept": 400, "call:invitation-decline": 400},
+    ),
     Contract(
         basename="token",
         list_url=_p("tokens/"),
@@ -490,14 +527,14 @@ CONTRACTS = [
         read=Role.VIEWER,
         write=Role.MEMBER,
         setup=_workload_world,
-        create=lambda w, x: {"project": "alpha", "items": [_workload_body(w, x)]},
+        create=lambda w, x: {"project": "alpha", "items": [_bulk_item(w, x)]},
         authorized_status={"get": 405},  # POST only
         calls={
             "bulk-validate": Call(
                 "post",
                 _t("workloads/bulk/validate/"),
                 Role.MEMBER,
-                lambda w, x: {"project": "alpha", "items": [_workload_body(w, x)]},
+                lambda w, x: {"project": "alpha", "items": [_bulk_item(w, x)]},
                 "validate",
             )
         },

@@ -38,6 +38,7 @@ from tenants.models import ApiToken, AuditEvent
 from tests.accounting import budget_factories
 from tests.api.test_contract import (
     _allowed_image,
+    _invitation,
     _member_token,
     _membership,
     _preset,
@@ -101,6 +102,7 @@ def objects(world: World) -> Objects:
         "name:node-pools": world.pool.name,
         "uuid": gpu.uuid if gpu else "GPU-none",
         "id:memberships": str(_membership(world)["pk"]),
+        "id:invitations": str(_invitation(world)["pk"]),
         "id:presets": str(_preset(world)["pk"]),
         "id:images": str(_allowed_image(world)["pk"]),
         "id:project-quotas": str(project_quota["pk"]),

@@ -118,10 +118,30 @@ def _presets(world: World, n: int, start: int = 0) -> None:
     )
 
 
+def _invitations(world: World, n: int, start: int = 0) -> None:
+    """N invitations of tenant A, each on a project, and as many addressed to admin_b (by name, from new tenants)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tenants.models import Invitation, Tenant
+
+    later = timezone.now() + timedelta(days=1)
+    for i in range(start, start + n):
+        invitation = Invitation.all_tenants.create(
+            tenant=world.tenant_a, username=f"guest{i}", digest=f"a{i}", expires_at=later
+        )
+        invitation.projects.add(world.project_a)
+        other = Tenant.objects.create(slug=f"other-{i}", name=f"Other {i}")
+        Invitation.all_tenants.create(tenant=other, username="admin_b", digest=f"b{i}", expires_at=later)
+
+
 # (url, who lists, how to add N rows, pinned query count)
 LISTS: list[tuple[str, str, Callable[..., None], int]] = [
     ("/api/v1/tenants/tenant-a/projects/", "admin_a", _projects, 4),
     ("/api/v1/tenants/tenant-a/memberships/", "admin_a", _members, 5),
+    ("/api/v1/tenants/tenant-a/invitations/", "admin_a", _invitations, 5),
+    ("/api/v1/invitations/", "admin_b", _invitations, 3),
     ("/api/v1/tenants/tenant-a/quotas/", "admin_a", _tenant_quotas, 4),
     ("/api/v1/tenants/tenant-a/project-quotas/", "admin_a", _project_quotas, 4),
     ("/api/v1/tenants/tenant-a/tokens/", "admin_a", _tokens, 4),

@@ -3,14 +3,21 @@ or against the console's ASGI application under uvicorn where a page needs its W
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
+import uvicorn
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.test import override_settings
 
+from common.origins import parse_origin_pattern
 from tests.conftest import World, chromium_path
-from tests.workers import uvicorn_server
+from tests.workers import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -41,19 +48,41 @@ def live_world(browser: Any, transactional_db: None, world: World) -> World:
 def asgi_server() -> Iterator[str]:
     """The console's ASGI application (HTTP, WebSockets) under uvicorn on a free loopback port; yields its URL.
 
-    Static files come from the finders, as the live server serves them: tests run no collectstatic.
+    As `gpucloud up` serves it: the notebook origin on a second loopback port of the same server
+    (`notebook_origin`). Static files come from the finders, as the live server serves them: tests run no
+    collectstatic.
     """
+    with console_and_notebooks() as (console, _):
+        yield console
+
+
+@contextmanager
+def console_and_notebooks() -> Iterator[tuple[str, str]]:
+    """Serve the console's ASGI application on two free loopback ports, the second as NOTEBOOK_ORIGIN, as
+    `gpucloud up` does; yield (console URL, notebook origin)."""
     from gpucloud.asgi import application
 
     # The handler passes anything but static files on to any ASGI app; the stubs only name Django's own.
     served = ASGIStaticFilesHandler(application)  # type: ignore[arg-type]
-    with uvicorn_server(served) as url:
-        yield url
+    sockets = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    console, notebooks = (f"http://127.0.0.1:{sock.getsockname()[1]}" for sock in sockets)
+    server = uvicorn.Server(uvicorn.Config(served, lifespan="on", log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True)
+    with override_settings(NOTEBOOK_ORIGIN=parse_origin_pattern(notebooks)):
+        thread.start()
+        try:
+            assert wait_until(lambda: server.started, timeout=20, interval=0.02), "uvicorn did not start"
+            yield console, notebooks
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+            for sock in sockets:
+                sock.close()
 
 
 @pytest.fixture
 def page(browser: Any, live_server: Any) -> Iterator[Any]:
-    """A fresh browser page that fails the test on any failed static file or script error."""
+    """A fresh browser page that fails the test on any failed static file, script error or CSP violation."""
     yield from _checked_page(browser, live_server.url)
 
 
@@ -68,6 +97,11 @@ def _checked_page(browser: Any, base_url: str) -> Iterator[Any]:
     tab = context.new_page()
     problems: list[str] = []
     tab.on("pageerror", lambda error: problems.append(f"script error: {error}"))
+    # Chromium reports what the Content-Security-Policy blocked on the console: the UI must need nothing it blocks.
+    tab.on(
+        "console",
+        lambda message: problems.append(f"CSP: {message.text}") if "Content Security Policy" in message.text else None,
+    )
     tab.on(
         "response",
         lambda response: problems.append(f"{response.status} {response.url}")
@@ -77,3 +111,18 @@ def _checked_page(browser: Any, base_url: str) -> Iterator[Any]:
     yield tab
     context.close()
     assert not problems, problems
+
+
+def wait_for_true(page: Any, expression: str, *, timeout: float = 30_000) -> None:
+    """Wait until `expression` is truthy on `page`; raise Playwright's TimeoutError after `timeout` ms.
+
+    Playwright's `wait_for_function` evaluates its predicate with eval, which the console's
+    Content-Security-Policy refuses (no 'unsafe-eval'); `page.evaluate` is not subject to it.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(f"() => Boolean({expression})"):
+        if time.monotonic() > deadline:
+            raise PlaywrightTimeout(f"never true: {expression}")
+        time.sleep(0.02)

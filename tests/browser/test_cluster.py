@@ -14,6 +14,7 @@ from jobs.models import Workload
 from jobs.scheduler import shell
 from jobs.services.lifecycle import transition_workload
 from tenants.context import Actor
+from tests.browser.conftest import wait_for_true
 from tests.browser.test_live import not_reloaded, open_live, publish_until, sample
 from tests.conftest import World
 from tests.inventory.factories import make_node
@@ -39,7 +40,7 @@ def _run(workload: Workload) -> None:
 
 
 def _count(page: Any, selector: str, expected: int) -> None:
-    page.wait_for_function(f"document.querySelectorAll({selector!r}).length === {expected}", timeout=5000)
+    wait_for_true(page, f"document.querySelectorAll({selector!r}).length === {expected}", timeout=5000)
 
 
 def test_the_heatmap_shows_holders_live_marks_idle_ones_and_regroups_by_tenant(
@@ -47,7 +48,7 @@ def test_the_heatmap_shows_holders_live_marks_idle_ones_and_regroups_by_tenant(
 ) -> None:
     world = live_world
     give_quota(world)
-    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=4, cpu_cores=32, memory_mb=256_000)
+    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=4, cpu_cores=32, memory_mib=256_000)
     assign(world.member_a, world.project_a)
     first = _placed(world, "first", 1)
     _run(first)

@@ -15,7 +15,6 @@ words on the queue page, Hibernate, Resume, and the file still there.
 from __future__ import annotations
 
 import contextlib
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from tests.browser.journey import Journey
 from tests.conftest import PASSWORD
 from tests.inventory.factories import make_node
 from tests.jobs.factories import assign
+from tests.process_user import workload_python
 from tests.workers import kill_process_sessions, running_worker, wait_until
 
 pytestmark = pytest.mark.browser
@@ -59,24 +59,25 @@ class Platform:
 
 
 @pytest.fixture
-def platform(tmp_path: Path, browser: Any, transactional_db: None, settings: Any) -> Iterator[Platform]:
+def platform(workload_tmp: Path, browser: Any, transactional_db: None, settings: Any) -> Iterator[Platform]:
     """An empty database set up by the other personas, and a notebook node with its agent running in this process."""
-    settings.NOTEBOOK_COMMAND = [sys.executable, "-m", "jupyterlab"]
+    settings.NOTEBOOK_COMMAND = [*workload_python(), "-m", "jupyterlab"]
     operator = User.objects.create_user("root", "root@example.com", PASSWORD, is_staff=True, is_superuser=True)
     as_operator = Actor(user=operator)
     tenant = tenant_services.create_tenant(actor=as_operator, slug="vision", name="Vision Lab")
     pool = create_node_pool(actor=as_operator, name="gpu")
-    node = make_node(as_operator, pool, name=NODE, runtime="process", cpu_cores=16, memory_mb=64_000)
+    node = make_node(as_operator, pool, name=NODE, runtime="process", cpu_cores=16, memory_mib=64_000)
     Gpu.objects.create(node=node, index=0, uuid=f"GPU-{NODE}-0", model="NVIDIA H100 80GB HBM3")
     tenant_services.create_tenant_quota(actor=as_operator, tenant=tenant, pool=pool, values=QuotaValues(limit=4))
     project = tenant_services.create_project(actor=as_operator, tenant=tenant, slug="detection", name="Detection")
     tenant_services.create_project_quota(actor=as_operator, project=project, pool=pool, values=QuotaValues(limit=1))
     with tenant_scope(tenant):  # as the tenant's pages run it
-        scientist = tenant_services.invite_member(actor=as_operator, tenant=tenant, username=SCIENTIST).membership.user
+        issued = tenant_services.invite_member(actor=as_operator, tenant=tenant, username=SCIENTIST)
+    secret = issued.link_path.rstrip("/").rsplit("/", 1)[-1]
+    scientist = tenant_services.create_invited_account(secret=secret, password=PASSWORD)
     assign(scientist, project)
-    tenant_services.set_password(actor=Actor(user=scientist), user=scientist, password=PASSWORD)
 
-    work_dir = tmp_path / "agent"
+    work_dir = workload_tmp / "agent"
     config = AgentConfig(node=NODE, work_dir=work_dir, process_enabled=True, probe="simulated")
     activate(config)
     executor_module._executor = executor_module.Executor(config)
@@ -171,12 +172,13 @@ def test_a_data_scientist_launches_a_notebook_works_in_it_hibernates_and_resumes
         assert "Ready" in ready.inner_text()
     assert _not_reloaded(page), "the steps moved without a reload"
     assert page.locator("#workload-state .state").inner_text() == "Running"
-    assert page.locator("#open-notebook").get_attribute("href") == f"/notebooks/{notebook_id}/lab"
+    assert page.locator("#open-notebook").get_attribute("href") == f"/notebooks/{notebook_id}/open"
 
     # JupyterLab opened by itself, since the notebook was launched from here: work in it.
     lab = lab_opened.value
     lab.locator("#jp-main-dock-panel").wait_for(timeout=30_000)
     assert f"/notebooks/{notebook_id}/lab" in lab.url, lab.url
+    assert not lab.url.startswith(page.url.split("/t/")[0]), "JupyterLab is on the notebook origin, not the console's"
     _kernel_ready_and_write(lab, content)
     journey.step(lab, "JupyterLab opened by itself: a cell writes notes.txt")
     lab.close()

@@ -23,6 +23,7 @@ from gpucloud.cli import _ensure_first_operator
 from inventory.tasks import heartbeat_simulated_nodes
 from jobs.services.demo import DEMO_TENANT, add_demo_fleet
 from tenants.context import Actor
+from tests.browser.conftest import wait_for_true
 from tests.browser.journey import Journey
 from tests.workers import running_worker
 
@@ -57,7 +58,7 @@ def _heartbeat_until(page: Any, condition: str) -> None:
     while True:
         _heartbeat()
         try:
-            page.wait_for_function(condition, timeout=500)
+            wait_for_true(page, condition, timeout=500)
             return
         except PlaywrightTimeout:
             assert time.monotonic() < deadline, f"never true: {condition}"

@@ -121,6 +121,8 @@ def test_an_operator_sets_up_the_cloud(transactional_db: None, live_page: Any) -
         link = page.locator("#invite-link input").input_value()
         assert "/invite/" in link
         journey.step(page, "The tenant's admin is invited: the one-time link to pass on is shown once")
+        # Alice answers the link (tests/browser/test_journey_tenant_admin.py walks that page).
+        tenant_services.create_invited_account(secret=link.rstrip("/").rsplit("/", 1)[-1], password=PASSWORD)
 
         page.goto("/")
         assert page.locator("#start-steps .badge-ok").count() == 5, "every step is done"

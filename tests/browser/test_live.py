@@ -24,12 +24,14 @@ from jobs import services
 from jobs.choices import WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload
 from jobs.scheduler import shell
+from jobs.services.execution import container_name
 from jobs.services.lifecycle import release_allocations, transition_workload
 from jobs.services.logs import ingest_log_batch
 from tenants.context import Actor
 from tenants.models import Membership
 from tenants.scoping import tenant_scope
 from tenants.services.members import remove_member
+from tests.browser.conftest import wait_for_true
 from tests.browser.test_console import log_in
 from tests.conftest import World
 from tests.inventory.factories import make_node
@@ -67,7 +69,7 @@ def running(live_world: World) -> Workload:
     """member_a's 2-GPU job, placed on n1 (4 GPUs) by a scheduling pass and running on it."""
     world = live_world
     give_quota(world)
-    node = make_node(Actor(user=world.operator), world.pool, name="n1", gpus=4, cpu_cores=32, memory_mb=256_000)
+    node = make_node(Actor(user=world.operator), world.pool, name="n1", gpus=4, cpu_cores=32, memory_mib=256_000)
     assign(world.member_a, world.project_a)
     workload = services.submit_workload(
         actor=Actor(user=world.member_a), project=world.project_a, data=request(world, gpus_per_replica=2)
@@ -81,7 +83,7 @@ def running(live_world: World) -> Workload:
         attempt=1,
         index=0,
         node=node,
-        name=f"gpucloud-w{workload.pk}-r0-a1",
+        name=container_name(workload.pk, 0, 1),
         state=ReplicaState.RUNNING,
     )
     return Workload.all_tenants.get(pk=workload.pk)
@@ -107,7 +109,7 @@ def publish_until(page: Any, node: str, samples: list[dict[str, Any]], condition
     while True:
         publish_samples(node_gpu_group(node), samples)
         try:
-            page.wait_for_function(condition, timeout=300)
+            wait_for_true(page, condition, timeout=300)
             return
         except PlaywrightTimeout:
             assert time.monotonic() < deadline, f"never true: {condition}"
@@ -169,7 +171,7 @@ def test_new_log_lines_appear_within_a_second_and_a_reconnection_loses_none(runn
     live_page.locator("#action-restart").wait_for(timeout=5000)
     assert live_page.locator("#action-stop").count() == 0
     # The times and the timeline too, in the order things happened, the newest last.
-    live_page.wait_for_function(f"document.querySelector(\"{finished}\").innerText.trim() !== '—'", timeout=5000)
+    wait_for_true(live_page, f"document.querySelector(\"{finished}\").innerText.trim() !== '—'", timeout=5000)
     changes = live_page.locator("#timeline tbody tr td:nth-child(2)").all_inner_texts()
     assert changes[-3:] == ["Scheduled → Starting", "Starting → Running", "Running → Succeeded"], changes
     # Where it runs: its GPUs shown released once the controller frees them.
@@ -193,7 +195,7 @@ def test_the_log_viewer_pauses_follows_and_searches(running: Workload, live_page
 
     # Scrolling up pauses following: new lines are counted, the view stays where it is.
     viewport.evaluate("v => { v.scrollTop = 0; }")
-    live_page.wait_for_function("document.querySelector('#log').dataset.following === 'false'")
+    wait_for_true(live_page, "document.querySelector('#log').dataset.following === 'false'")
     viewer.locator(".log-row", has_text="line 2000").wait_for()
     log.ship([f"late {i}" for i in range(5)])
     follow = viewer.locator("[data-log-follow]")
@@ -257,7 +259,7 @@ def test_the_gpu_chart_receives_the_samples_of_the_workloads_own_gpus(running: W
 def test_a_pending_workloads_row_turns_running_without_a_reload(live_world: World, live_page: Any) -> None:
     world = live_world
     give_quota(world)
-    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=1, cpu_cores=32, memory_mb=256_000)
+    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=1, cpu_cores=32, memory_mib=256_000)
     assign(world.member_a, world.project_a)
     pending = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
     open_live(live_page, "member_a", "/t/tenant-a/workloads/", "[data-live-rows]")
@@ -283,7 +285,7 @@ def test_a_pending_workloads_row_turns_running_without_a_reload(live_world: Worl
 def test_the_queue_moves_placed_work_and_drops_ended_work(live_world: World, live_page: Any) -> None:
     world = live_world
     give_quota(world)
-    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=1, cpu_cores=32, memory_mb=256_000)
+    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=1, cpu_cores=32, memory_mib=256_000)
     assign(world.member_a, world.project_a)
     first = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=request(world))
     open_live(live_page, "viewer_a", "/t/tenant-a/queue/", "[data-live-rows]")

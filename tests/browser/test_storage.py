@@ -11,7 +11,6 @@ hibernating it, the Resume button, and a second attempt in a new process.
 from __future__ import annotations
 
 import json
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from django.utils import timezone
 
 from inventory.agent import executor as executor_module
 from inventory.agent.config import AgentConfig, activate
-from inventory.drivers.process_workdir import alive
+from inventory.drivers.process._workdir import alive
 from inventory.models import Gpu, agent_queue_for
 from inventory.services.volume_access import host_path
 from inventory.services.volumes import home_volume
@@ -36,6 +35,7 @@ from tests.browser.test_console import log_in
 from tests.conftest import World
 from tests.inventory.factories import make_node
 from tests.jobs.factories import assign, give_quota
+from tests.process_user import workload_python
 from tests.workers import kill_process_sessions, running_worker, wait_until
 
 pytestmark = pytest.mark.browser
@@ -47,23 +47,23 @@ IDLE_WARNING = 60
 
 
 @pytest.fixture
-def agent(tmp_path: Path, live_world: World, settings: Any) -> Iterator[Path]:
+def agent(workload_tmp: Path, live_world: World, settings: Any) -> Iterator[Path]:
     """Node `storage-local` (process runtime, 1 GPU) with its agent and the controller's worker in this process.
 
     Yields the agent's work directory. Whatever Jupyter a failed test left
     running is killed at the end: a process-runtime workload is a session of its own.
     """
-    settings.NOTEBOOK_COMMAND = [sys.executable, "-m", "jupyterlab"]
+    settings.NOTEBOOK_COMMAND = [*workload_python(), "-m", "jupyterlab"]
     settings.NOTEBOOK_IDLE_TIMEOUT_SECONDS = IDLE_TIMEOUT
     settings.NOTEBOOK_IDLE_WARNING_SECONDS = IDLE_WARNING
     world = live_world
     give_quota(world)
     assign(world.member_a, world.project_a)
     node = make_node(
-        Actor(user=world.operator), world.pool, name=NODE, runtime="process", cpu_cores=16, memory_mb=64_000
+        Actor(user=world.operator), world.pool, name=NODE, runtime="process", cpu_cores=16, memory_mib=64_000
     )
     Gpu.objects.create(node=node, index=0, uuid=f"GPU-{NODE}-0", model="NVIDIA H100 80GB HBM3")
-    work_dir = tmp_path / "agent"
+    work_dir = workload_tmp / "agent"
     config = AgentConfig(node=NODE, work_dir=work_dir, process_enabled=True, probe="simulated")
     activate(config)
     executor_module._executor = executor_module.Executor(config)
@@ -201,11 +201,11 @@ def test_a_notebooks_files_survive_idle_hibernation_and_resume_where_its_owner_l
     # reload above (whose referrer is still the Launch page) re-armed nothing.
     live_page.locator("#open-notebook[href]").wait_for(timeout=30_000)
     href = live_page.locator("#open-notebook").get_attribute("href")
-    assert href == f"/notebooks/{workload_id}/lab/tree/{NOTEBOOK}", href
+    assert href == f"/notebooks/{workload_id}/open?next=lab%2Ftree%2F{NOTEBOOK}", href
     live_page.wait_for_timeout(1_000)
     assert not [tab.url for tab in live_page.context.pages if "/lab" in tab.url]
     lab = _open_lab(live_page)
-    assert lab.url.endswith(href), lab.url
+    assert lab.url.endswith(f"/notebooks/{workload_id}/lab/tree/{NOTEBOOK}"), lab.url
     lab.locator(f'.lm-TabBar-tab.jp-mod-current[title^="Name: {NOTEBOOK}"]').wait_for(timeout=20_000)
     lab.locator(".jp-NotebookPanel .jp-Cell .cm-content", has_text="notes.txt").wait_for(timeout=20_000)
     lab.locator(".jp-OutputArea-output", has_text="written").wait_for()

@@ -24,7 +24,7 @@ def test_a_member_launches_a_job_and_sees_why_it_waits(live_world: World, page: 
     ProjectQuota.all_tenants.create(
         tenant=world.tenant_a, project=world.project_a, pool=world.pool, guaranteed=2, limit=2
     )
-    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=4, cpu_cores=32, memory_mb=256_000)
+    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=4, cpu_cores=32, memory_mib=256_000)
     assign(world.member_a, world.project_a)
     Workload.all_tenants.create(
         tenant=world.tenant_a,

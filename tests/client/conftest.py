@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+from common.origins import parse_origin_pattern
 from inventory.agent import executor as executor_module
 from inventory.agent.config import AgentConfig, activate
 from inventory.drivers.simulated import simulated_uuid
@@ -35,6 +36,7 @@ from tests.conftest import World
 from tests.frontend import live
 from tests.inventory.factories import make_node
 from tests.jobs.factories import assign, give_quota
+from tests.process_user import workload_python
 from tests.workers import kill_process_sessions, running_worker, wait_until
 
 NODE = "cli-local"
@@ -177,6 +179,7 @@ def platform(
     world: World,
     console: Console,
     tmp_path: Path,
+    workload_tmp: Path,
     settings: Any,
     fresh_live_layer: None,
 ) -> Iterator[Platform]:
@@ -185,16 +188,18 @@ def platform(
 
     Every workload process still alive at the end is killed: each is a session of its own.
     """
-    settings.NOTEBOOK_COMMAND = [sys.executable, "-m", "jupyterlab"]
+    settings.NOTEBOOK_COMMAND = [*workload_python(), "-m", "jupyterlab"]
+    # Notebooks on their own origin: the same server under another host name, told apart by the Host header.
+    settings.NOTEBOOK_ORIGIN = parse_origin_pattern(console.url.replace("127.0.0.1", "localhost"))
     give_quota(world, limit=4)
     assign(world.member_a, world.project_a)
     node = make_node(
-        Actor(user=world.operator), world.pool, name=NODE, runtime="process", cpu_cores=16, memory_mb=64_000
+        Actor(user=world.operator), world.pool, name=NODE, runtime="process", cpu_cores=16, memory_mib=64_000
     )
     for index in range(GPUS):
         # The simulated probe's own UUIDs, so that its samples are the ones of these GPUs.
         Gpu.objects.create(node=node, index=index, uuid=simulated_uuid(NODE, index), model=GPU_MODEL)
-    work_dir = tmp_path / "agent"
+    work_dir = workload_tmp / "agent"
     config = AgentConfig(
         node=NODE, work_dir=work_dir, process_enabled=True, probe="simulated", simulated_gpu_count=GPUS
     )

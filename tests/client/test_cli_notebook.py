@@ -19,10 +19,12 @@ NOTEBOOK_IMAGE = "registry.example.com/jupyter/lab:4"
 
 
 def _answers(platform: Platform, url: str) -> None:
-    """Check that JupyterLab answers at `url` through the console's proxy, for its owner's browser session."""
+    """Check that JupyterLab answers at `url` for its owner's browser session: the console hands the browser over
+    to the notebook origin, which serves it through its proxy."""
     cookie = dict(session_headers(platform.world.member_a, origin=None))[b"cookie"].decode()
     page = httpx.get(url, headers={"Cookie": cookie}, follow_redirects=True, timeout=30)
     assert page.status_code == 200 and "JupyterLab" in page.text, (page.status_code, page.text[:300])
+    assert page.url.host == "localhost", "JupyterLab is served on the notebook origin, never the console's"
 
 
 def test_notebook_open_prints_the_url_once_jupyter_answers_and_hibernate_and_resume_round_trip(
@@ -32,7 +34,7 @@ def test_notebook_open_prints_the_url_once_jupyter_answers_and_hibernate_and_res
     done = gpc("-o", "json", "submit", "--kind", "notebook", "--image", NOTEBOOK_IMAGE, "--pool", "shared", "lab")
     assert done.returncode == 0, done.stderr
     notebook = json.loads(done.stdout)["id"]
-    url = f"{platform.url}/notebooks/{notebook}/lab"
+    url = f"{platform.url}/notebooks/{notebook}/open"
 
     opened = gpc("notebook", "open", str(notebook), "--no-browser", timeout=120)
     assert opened.returncode == 0, opened.stderr

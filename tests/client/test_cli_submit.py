@@ -51,6 +51,7 @@ pool: shared
 command: "sh -c 'echo one'"
 env:
   LEARNING_RATE: "0.1"
+shm_mib: 1024
 """
 
 
@@ -107,6 +108,7 @@ def test_a_valid_spec_submits_every_document_and_lists_them(platform: Platform, 
     assert [w["project"] for w in submitted] == ["alpha", "alpha"]
     stored = Workload.all_tenants.get(pk=submitted[1]["id"])
     assert stored.command == ["sh", "-c", "echo one"] and stored.env == {"LEARNING_RATE": "0.1"}
+    assert (stored.shm_mib, Workload.all_tenants.get(pk=submitted[0]["id"]).shm_mib) == (1024, None)
     assert Workload.all_tenants.count() == 2
 
 

@@ -63,6 +63,7 @@ def test_ls_describe_cancel_and_restart_show_what_happens_to_a_workload_that_wai
     assert waiting.reason_code in lines["Reason"] and waiting.reason_message in lines["Reason"]
     assert lines["Queue position"].split()[-1] == "1"
     assert lines["Hint"].split(None, 1)[1] == waiting.reason_hint == "would start now with 1 GPU"
+    assert lines["Actions"].split() == ["Actions", "cancel"], "what the API's `actions` says of it"
     assert "Events" in described.stdout
 
     cancelled = gpc("cancel", str(blocker))

@@ -17,6 +17,7 @@ import pytest
 from celery import shared_task
 
 from common import control
+from common.protocol.messages import ListReplicas, LogBatches, ReplicaExited
 from tests.workers import running_worker, wait_until
 
 RUNS: list[float] = []
@@ -78,8 +79,8 @@ def test_without_a_cache_requests_are_sent_rather_than_lost(clean: None, monkeyp
 
 
 def test_ingest_tasks_travel_on_their_own_queue() -> None:
-    assert control.queue_for("jobs.ingest_log_batches") == control.INGEST_QUEUE
-    assert control.queue_for("jobs.replica_exited") == control.CONTROL_QUEUE
+    assert control.queue_for(LogBatches.TASK) == control.INGEST_QUEUE
+    assert control.queue_for(ReplicaExited.TASK) == control.CONTROL_QUEUE
 
 
 JUDGED: list[tuple[float, float]] = []
@@ -182,7 +183,7 @@ def test_messages_a_killed_worker_held_are_restored_when_a_worker_starts(clean: 
     agent_queue = "node.restore-test"
     purge(["control", agent_queue])
     slow_control_pass.apply_async()
-    control.app.send_task("agent.list_replicas", kwargs={"node": "x", "runtime": "process"}, queue=agent_queue)
+    control.app.send_task(ListReplicas.TASK, kwargs={"node": "x", "runtime": "process"}, queue=agent_queue)
     connection: Any = control.app.connection_for_write()
     channel: Any = connection.default_channel
     taken = channel.basic_get("control", no_ack=False)  # a worker took it...

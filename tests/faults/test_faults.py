@@ -14,8 +14,9 @@ restart, to keep each test near a minute. The embedded test runs in the
 suite's embedded run, the others where Postgres and Redis are (the Docker
 one also needs dockerd and root: it restarts an engine of its own);
 GPUCLOUD_FAULTS_CODE=<tree> runs the consoles of another code tree. The
-distributed tests empty Redis database 3 (GPUCLOUD_FAULTS_REDIS_DB), the
-fault suite's: do not run them beside a distributed bench/faults.py run.
+distributed tests empty Redis database 15 (GPUCLOUD_FAULTS_REDIS_DB), the
+fault suite's (pytest-xdist workers take 1, 2, ...: tests/conftest.py): do not run them beside a distributed
+bench/faults.py run.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from _faults.report import TARGET_CONVERGE_S
 from _faults.scenarios import run_fault
 
 from tests.conftest import REQUIRED
+from tests.process_user import reachable_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 # The code tree the consoles run: this checkout, or another one (an older commit's worktree) to see it fail there.
@@ -41,10 +43,12 @@ ZERO = ("lost", "falsely_failed", "orphans", "double_allocations", "log_lines_lo
 FAST = {"WORKLOAD_RECONCILE_SECONDS": "10"}
 
 
-def _settings(tmp_path: Path, **overrides: Any) -> Settings:
+def _settings(**overrides: Any) -> Settings:
+    # By default not pytest's private tmp_path: a root agent runs notebooks as an unprivileged user, who must
+    # reach them.
+    overrides.setdefault("work_root", reachable_dir())
     return Settings(
         code=CODE,
-        work_root=tmp_path,
         jobs=8,
         notebooks=1,
         down=3.0,
@@ -73,36 +77,36 @@ def _assert_targets(result: dict[str, Any]) -> None:
     bool(os.environ.get("REDIS_URL")),
     reason="starts its own embedded console; the suite's embedded run (REDIS_URL unset) runs it",
 )
-def test_embedded_console_killed_mid_run_and_restarted(tmp_path: Path) -> None:
-    _assert_targets(run_fault("embedded-kill", _settings(tmp_path)))
+def test_embedded_console_killed_mid_run_and_restarted() -> None:
+    _assert_targets(run_fault("embedded-kill", _settings()))
 
 
 def _suite_redis_database(url: str, database: int) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{database}"))
 
 
-def _distributed(tmp_path: Path) -> Settings:
+def _distributed(**overrides: Any) -> Settings:
     # The suite's servers, a scratch database of this test's own and the fault suite's Redis database (3).
-    redis_database = int(os.environ.get("GPUCLOUD_FAULTS_REDIS_DB", "3"))
+    redis_database = int(os.environ.get("GPUCLOUD_FAULTS_REDIS_DB", "15"))
     return _settings(
-        tmp_path,
         distributed_nodes=1,
         database_server=os.environ["DATABASE_URL"],
         database_prefix=f"gpucloud_faults_t{os.getpid()}_",
         redis_url=_suite_redis_database(os.environ["REDIS_URL"], redis_database),
+        **overrides,
     )
 
 
 @pytest.mark.postgres
 @pytest.mark.redis
-def test_agent_killed_mid_job_and_restarted(tmp_path: Path) -> None:
-    _assert_targets(run_fault("agent-kill", _distributed(tmp_path)))
+def test_agent_killed_mid_job_and_restarted() -> None:
+    _assert_targets(run_fault("agent-kill", _distributed()))
 
 
 @pytest.mark.postgres
 @pytest.mark.redis
-def test_controller_worker_killed_mid_run_and_restarted(tmp_path: Path) -> None:
-    _assert_targets(run_fault("worker-kill", _distributed(tmp_path)))
+def test_controller_worker_killed_mid_run_and_restarted() -> None:
+    _assert_targets(run_fault("worker-kill", _distributed()))
 
 
 @pytest.mark.postgres
@@ -115,7 +119,8 @@ def test_docker_engine_killed_mid_run_and_restarted(tmp_path: Path) -> None:
         if "docker" in REQUIRED:  # the suite's rule: a required service that is missing fails, never skips
             pytest.fail(f"docker is required (GPUCLOUD_REQUIRE_SERVICES): {reason}", pytrace=False)
         pytest.skip(reason)
-    result = run_fault("docker-restart", _distributed(tmp_path))
+    # CPU-only jobs in containers, no notebook: its run directory stays private.
+    result = run_fault("docker-restart", _distributed(work_root=tmp_path))
     engine_lost = result["log_lines_lost_exited_while_engine_down"]
     # Every target, lines included, except the output Docker itself drops: what a container printed after
     # its engine died, when it exited before the engine came back (the restarted engine never reads it).

@@ -28,11 +28,12 @@ import pytest
 from _faults.procs import wait_until
 from _faults.services import PrivateDocker
 
+from common.protocol.messages import LogBatches, ReplicaExited, ReplicaSpec
 from inventory.agent.config import AgentConfig
 from inventory.agent.executor import Executor, driver_spec
 from inventory.drivers.base import Handle, WorkloadSpec
-from inventory.drivers.docker_engine import container_cgroups
-from inventory.drivers.docker_runtime import LOST_RUN_NOTE, DockerRuntime
+from inventory.drivers.docker import LOST_RUN_NOTE, DockerRuntime
+from inventory.drivers.docker._engine import container_cgroups
 from tests.conftest import ROOT, TEST_IMAGE, docker_cli
 from tests.inventory.drivers.conftest import agent_spec, new_spec
 
@@ -178,7 +179,9 @@ def test_removing_a_lost_run_ends_its_process(engine: PrivateDocker) -> None:
 def test_an_agent_reports_a_lost_run_with_its_output_as_unobserved(engine: PrivateDocker, tmp_path: Path) -> None:
     sent: list[tuple[str, dict[str, Any]]] = []
     config = AgentConfig(node="lost-start", work_dir=tmp_path, docker_url=engine.url, pull_images=False)
-    spec = agent_spec("lost-start", 4242, "lost-start", TEST_IMAGE, ["sh", "-c", "echo a; echo b; sleep 300"])
+    spec = ReplicaSpec.from_wire(
+        agent_spec("lost-start", 4242, "lost-start", TEST_IMAGE, ["sh", "-c", "echo a; echo b; sleep 300"])
+    )
     runtime = DockerRuntime(engine.url)
     handle = runtime.start(driver_spec(spec), timeout=60)  # the start whose report the engine's crash lost
     assert wait_until(lambda: _printed(runtime, handle, 2), 30)
@@ -188,12 +191,12 @@ def test_an_agent_reports_a_lost_run_with_its_output_as_unobserved(engine: Priva
     agent.start(spec)  # reconcile's start again, on an agent that never saw the first
 
     def exited() -> list[dict[str, Any]]:
-        return [kwargs for task, kwargs in sent if task == "jobs.replica_exited"]
+        return [kwargs for task, kwargs in sent if task == ReplicaExited.TASK]
 
     assert wait_until(exited, 30)
     (report,) = exited()
     assert (report["exit_code"], report["unobserved"], report["message"]) == (None, True, LOST_RUN_NOTE)
-    batches = [batch for task, kwargs in sent if task == "jobs.ingest_log_batches" for batch in kwargs["batches"]]
+    batches = [batch for task, kwargs in sent if task == LogBatches.TASK for batch in kwargs["batches"]]
     shipped = [text for batch in batches for _, _, text in batch["lines"]]
     assert shipped == ["a", "b"], "its output is shipped once, before the exit"
     assert not _processes(str(handle["id"]))

@@ -33,7 +33,9 @@ def _history(world: World) -> None:
     )
     services.update_project_quota(actor=admin, quota=quota, changes={"guaranteed": 2, "limit": None})
     with tenant_scope(world.tenant_a):  # as the members page runs it
-        services.invite_member(actor=admin, tenant=world.tenant_a, username="dan", projects=["alpha"])
+        issued = services.invite_member(actor=admin, tenant=world.tenant_a, username="dan", projects=["alpha"])
+    secret = issued.link_path.rstrip("/").rsplit("/", 1)[-1]
+    services.create_invited_account(secret=secret, password="a brand new passphrase 42")
     services.create_project(actor=Actor(user=world.admin_b), tenant=world.tenant_b, slug="secret-b", name="B")
 
 
@@ -87,11 +89,12 @@ def test_filters_by_actor_subject_action_and_days(world: World) -> None:
         return [cell.split("</td>")[0] for cell in page.split('<td class="subject">')[1:]]
 
     assert subjects(actor="operator") == ["member member_a"]
-    assert set(subjects(actor="admin_a")) == {"member dan", "project quota alpha in pool shared"}
-    assert subjects(subject="dan") == ["member dan"]
+    assert set(subjects(actor="admin_a")) == {"invitation dan", "project quota alpha in pool shared"}
+    assert subjects(actor="dan") == ["member dan"], "dan joined by answering the invitation"
+    assert subjects(subject="dan") == ["member dan", "invitation dan"]
     assert subjects(action="project_quota.update") == ["project quota alpha in pool shared"]
     today = timezone.now().date()
-    assert len(subjects(since=str(today), until=str(today))) == 4
+    assert len(subjects(since=str(today), until=str(today))) == 5
     assert subjects(since=str(today + timedelta(days=1))) == []
     assert subjects(until=str(today - timedelta(days=1))) == []
     refused = admin.get(AUDIT, {"since": str(today), "until": str(today - timedelta(days=1))}).content.decode()

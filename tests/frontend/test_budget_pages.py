@@ -6,8 +6,8 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from accounting import increases
 from accounting.models import Budget, IncreaseRequest
+from accounting.services import increases
 from jobs.models import Workload
 from tenants.context import Actor
 from tests.accounting.budget_factories import budget, request_world

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 def team(world: World) -> World:
     """Alpha can run work (an 8-GPU quota, one ready 8-GPU node, n1) and member_a is on it."""
     give_quota(world)
-    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=8, cpu_cores=64, memory_mb=512_000)
+    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=8, cpu_cores=64, memory_mib=512_000)
     assign(world.member_a, world.project_a)
     return world
 
@@ -72,7 +72,7 @@ def test_the_form_offers_the_gpu_models_of_the_tenants_pools(team: World) -> Non
 
 def test_a_job_launched_with_a_gpu_model_runs_only_on_that_model(team: World) -> None:
     # Two nodes alike but for their GPUs' model; the job asks for the model of the second.
-    node = make_node(Actor(user=team.operator), team.pool, name="n2", cpu_cores=64, memory_mb=512_000)
+    node = make_node(Actor(user=team.operator), team.pool, name="n2", cpu_cores=64, memory_mib=512_000)
     Gpu.objects.bulk_create(Gpu(node=node, index=i, uuid=f"GPU-n2-{i}", model=A100) for i in range(8))
     response = logged_in("member_a").post(LAUNCH, _launch_form(team, gpu_model=A100, gpus_per_replica=2))
     assert response.status_code == 302, response.content.decode()

@@ -184,7 +184,7 @@ def _exit_overtaking_its_output(workload: Workload) -> None:
     """The replica's exit report (its output ends at c7) is stored before its last batch (lines 5..7)."""
     from jobs.tasks import replica_exited
 
-    assert replica_exited(workload.pk, 1, 0, 0, log_cursor="c7")
+    assert replica_exited(workload_id=workload.pk, attempt=1, replica=0, exit_code=0, log_cursor="c7")
     assert Workload.all_tenants.get(pk=workload.pk).state == "succeeded"
 
 

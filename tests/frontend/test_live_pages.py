@@ -111,7 +111,7 @@ def test_the_cluster_page_says_when_there_are_no_nodes(world: World) -> None:
 def placed(world: World) -> Workload:
     """A 2-GPU job of member_a placed on n1's GPUs by a scheduling pass."""
     give_quota(world)
-    make_ready_node(Actor(user=world.operator), world.pool, name="n1", gpus=4, cpu_cores=32, memory_mb=256_000)
+    make_ready_node(Actor(user=world.operator), world.pool, name="n1", gpus=4, cpu_cores=32, memory_mib=256_000)
     assign(world.member_a, world.project_a)
     workload = services.submit_workload(
         actor=Actor(user=world.member_a), project=world.project_a, data=request(world, gpus_per_replica=2)

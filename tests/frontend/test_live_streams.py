@@ -53,7 +53,7 @@ def _samples(node: str, count: int, utilization: float) -> list[dict[str, Any]]:
 def _placeable(world: World) -> World:
     """The ready world, with CPU and memory on n1 so that passes place work there."""
     ready_world(world)
-    Node.objects.filter(name="n1").update(cpu_cores=64, memory_mb=512_000)
+    Node.objects.filter(name="n1").update(cpu_cores=64, memory_mib=512_000)
     return world
 
 

@@ -44,7 +44,7 @@ def make_node(
         for step in path[state]:
             node = services.transition_node(node, step, actor=operator, reason="setup", action=f"node.{step}")
     Gpu.objects.bulk_create(
-        Gpu(node=node, index=i, uuid=f"GPU-{name}-{i}", model=model, memory_mb=81559) for i in range(gpus)
+        Gpu(node=node, index=i, uuid=f"GPU-{name}-{i}", model=model, memory_mib=81559) for i in range(gpus)
     )
     return node
 
@@ -114,7 +114,7 @@ def test_node_list_filters_by_pool_and_state(world: World) -> None:
 
 def test_operator_registers_a_node_with_one_audit_event(world: World) -> None:
     before = AuditEvent.all_tenants.count()
-    form = register_form(labels="zone=a\n\nrack = r12\n", cpu_cores="", memory_mb="")
+    form = register_form(labels="zone=a\n\nrack = r12\n", cpu_cores="", memory_mib="")
     response = logged_in("operator").post("/ops/nodes/", form)
     assert response.status_code == 302
     node = Node.objects.get(name="gpu-01")

@@ -33,6 +33,8 @@ from jobs.models import AllowedImage
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Membership
+from tenants.scoping import tenant_scope
+from tenants.services.invitations import invite_member
 from tenants.services.tokens import create_token
 from tests.accounting import budget_factories
 from tests.api.test_contract import (
@@ -91,6 +93,12 @@ def _image(world: World) -> dict[str, Any]:
     return {"pk": image.pk}
 
 
+def _invitation(world: World) -> dict[str, Any]:
+    with tenant_scope(world.tenant_a):
+        issued = invite_member(actor=Actor(user=world.admin_a), tenant=world.tenant_a, username="guest")
+    return {"pk": issued.invitation.pk}
+
+
 def _colleagues_token(world: World) -> dict[str, Any]:
     """A token of a member of tenant A who is none of the personas."""
     colleague = User.objects.create_user("colleague", "colleague@example.com", "x")
@@ -114,6 +122,14 @@ PAGES = [
         Role.ADMIN,
         setup=_membership,
         post=lambda w, x: {"remove": "1"},
+        get=False,
+    ),
+    PageRoute(
+        "invitation_withdraw",
+        _t("members/invitations/{pk}/withdraw/"),
+        Role.ADMIN,
+        setup=_invitation,
+        post=lambda w, x: {},
         get=False,
     ),
     PageRoute(
@@ -258,7 +274,7 @@ PUBLIC = {
     "home": "tests/frontend/test_pages.py (home redirects to log in or to the viewer's own tenant); below",
     "login": "tests/frontend/test_pages.py (login throttling)",
     "logout": "Django's LogoutView: POST only, ends the session",
-    "accept_invite": "tests/frontend/test_pages.py (the one-time invitation link)",
+    "invitation": "tests/tenants/test_invitations.py (the one-time invitation link: its secret is the key)",
 }
 PERSONAS = ["viewer_a", "member_a", "admin_a", "dual", "operator"]
 

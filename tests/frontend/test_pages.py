@@ -93,14 +93,17 @@ def test_invitation_link_is_shown_once_and_lets_the_new_member_set_a_password(wo
     page = admin.get("/t/tenant-a/members/").content.decode()
     link = page.split('id="invite-link"')[1].split('value="')[1].split('"')[0]
     assert "/invite/" in link
-    assert "/invite/" not in admin.get("/t/tenant-a/members/").content.decode(), "the link is shown once"
+    again = admin.get("/t/tenant-a/members/").content.decode()
+    assert "/invite/" not in again, "the link is shown once"
+    assert "newbie" in again.split('id="invitations"')[1] and "invited, link valid until" in again
     newbie = Client()
-    form_page = newbie.get(link.replace("http://testserver", ""), follow=True)
     password = "a brand new passphrase 42"
-    response = newbie.post(form_page.request["PATH_INFO"], {"new_password1": password, "new_password2": password})
+    path = link.replace("http://testserver", "")
+    response = newbie.post(path, {"new_password1": password, "new_password2": password})
     assert response.status_code == 302
     assert newbie.login(username="newbie", password=password)
-    assert AuditEvent.all_tenants.filter(action="user.set_password", actor_label="newbie").count() == 1
+    assert AuditEvent.all_tenants.filter(action="membership.create", actor_label="newbie").count() == 1
+    assert 'id="invitations"' not in admin.get("/t/tenant-a/members/").content.decode(), "answered: a member now"
 
 
 def test_token_secret_is_shown_once(world: World) -> None:

@@ -33,7 +33,7 @@ def _cluster(world: World) -> tuple[Workload, Workload]:
     ProjectQuota.all_tenants.create(
         tenant=world.tenant_a, project=world.project_a, pool=world.pool, guaranteed=2, limit=2
     )
-    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=4, cpu_cores=32, memory_mb=256_000)
+    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=4, cpu_cores=32, memory_mib=256_000)
     running, waiting = _workload(world, "big", 2), _workload(world, "later", 1)
     assert shell.run_pass() is not None
     return running, waiting

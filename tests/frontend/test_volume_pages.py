@@ -13,6 +13,7 @@ from django.test import Client
 from frontend.views import volumes as pages
 from inventory.drivers import storage
 from inventory.models import Volume, VolumeShare
+from inventory.selectors import StorageUse, storage_use
 from inventory.services import volume_files, volumes
 from inventory.services.volume_access import host_path
 from tenants.context import Actor
@@ -108,6 +109,36 @@ def test_the_storage_page_shows_the_tenants_and_projects_quotas_with_their_use(w
     assert "1.0\xa0GB / 10.0\xa0GB" in tenant_row and "each home: at most 1.0\xa0GB" in tenant_row
     alpha_row = _found(r'<tr data-quota="alpha">.*?</tr>', html)
     assert "1.0\xa0GB / 2.0\xa0GB" in alpha_row and '<progress value="50"' in alpha_row
+
+
+def test_the_page_and_the_upload_quotas_read_one_storage_use(world: World, alpha) -> None:
+    """`storage_use` counts every volume of the tenant (one without a project too) and no other tenant's; the
+    storage page and the upload quotas (`volume_files.room`) both show what it says."""
+    admin = Actor(user=world.admin_a)
+    make = volumes.create_volume
+    gamma = Project.all_tenants.create(tenant=world.tenant_a, slug="gamma", name="Gamma")
+    used = {
+        alpha: 300,
+        make(actor=admin, tenant=world.tenant_a, kind="project", name="gamma-files", project=gamma): 50,
+        make(actor=admin, tenant=world.tenant_a, kind="dataset", name="shared-data"): 7,
+        make(actor=Actor(user=world.admin_b), tenant=world.tenant_b, kind="project", name="b-files",
+             project=world.project_b): 10_000,
+    }  # fmt: skip
+    for volume, size in used.items():
+        Volume.all_tenants.filter(pk=volume.pk).update(used_bytes=size)
+    use = storage_use(world.tenant_a.pk)
+    assert use == StorageUse(total=357, by_project={world.project_a.pk: 300, gamma.pk: 50})
+    assert (use.of_project(gamma.pk), storage_use(world.tenant_b.pk).total) == (50, 10_000)
+    Tenant.objects.filter(pk=world.tenant_a.pk).update(storage_limit_bytes=1000)
+    Project.all_tenants.filter(pk=world.project_a.pk).update(storage_limit_bytes=400)
+    alpha.refresh_from_db()
+    assert volume_files.room(alpha).left == 100  # the project's 400 less its 300: tighter than 1000 - 357
+    Project.all_tenants.filter(pk=world.project_a.pk).update(storage_limit_bytes=None)
+    alpha.refresh_from_db()
+    assert volume_files.room(alpha).left == 1000 - 357
+    html = _html(_session(world.admin_a).get(S))
+    assert "357\xa0bytes / 1000\xa0bytes" in _found(r'<tr data-quota="tenant">.*?</tr>', html)
+    assert "50\xa0bytes" in _found(r'<tr data-quota="gamma">.*?</tr>', html)
 
 
 def test_an_admin_creates_a_volume_with_a_limit_in_gib(world: World) -> None:

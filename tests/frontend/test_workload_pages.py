@@ -19,6 +19,7 @@ from jobs import services
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Allocation, LaunchPreset, LogChunk, Replica, ReplicaState, Workload, WorkloadEvent
 from jobs.scheduler import shell
+from jobs.services.execution import container_name
 from tenants.context import Actor
 from tenants.models import AuditEvent, Membership, Project, ProjectQuota
 from tests.conftest import PASSWORD, World
@@ -38,7 +39,7 @@ def detail(workload: Workload) -> str:
 def team(world: World) -> World:
     """Alpha can run work (an 8-GPU quota, one ready 8-GPU node); member_a and another member, other_a, are on it."""
     give_quota(world)
-    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=8, cpu_cores=64, memory_mb=512_000)
+    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=8, cpu_cores=64, memory_mib=512_000)
     assign(world.member_a, world.project_a)
     other = User.objects.create_user("other_a", "other_a@example.com", PASSWORD)
     Membership.all_tenants.create(tenant=world.tenant_a, user=other, role="member")
@@ -173,7 +174,7 @@ def test_the_list_is_paginated(team: World) -> None:
 def test_only_the_owner_and_tenant_admins_are_offered_a_running_notebook(team: World) -> None:
     notebook = _set(_submit(team, name="nb", kind=WorkloadKind.NOTEBOOK), state=WorkloadState.RUNNING)
     pending = _submit(team, name="nb2", kind=WorkloadKind.NOTEBOOK)
-    lab = f"/notebooks/{notebook.pk}/lab"
+    lab = f"/notebooks/{notebook.pk}/open"
     for username, offered in (("member_a", True), ("admin_a", True), ("other_a", False), ("viewer_a", False)):
         client = logged_in(username)
         page = client.get(LIST).content.decode()
@@ -251,6 +252,7 @@ def test_a_preset_fills_the_form_and_the_launch_keeps_it(team: World) -> None:
         pool=team.pool,
         gpus_per_replica=1,
         memory_mib=16384,
+        shm_mib=8192,
         idle_timeout_seconds=1800,
     )
     LaunchPreset.all_tenants.create(tenant=team.tenant_b, name="theirs", image="x.example.com/y:1", pool=team.pool)
@@ -258,13 +260,17 @@ def test_a_preset_fills_the_form_and_the_launch_keeps_it(team: World) -> None:
     page = client.get(LAUNCH).content.decode()
     assert f'data-preset="{preset.pk}"' in page and "One H100 and JupyterLab." in page and "theirs" not in page
     filled = client.get(f"{LAUNCH}?preset={preset.pk}").content.decode()
-    assert 'value="pytorch-notebook"' in filled and 'value="16384"' in filled
+    assert 'value="pytorch-notebook"' in filled and 'value="16384"' in filled and 'value="8192"' in filled
     assert '<option value="notebook" selected>' in filled
     form = _launch_form(team, kind="notebook", name="pytorch-notebook", image=preset.image, command="", env="")
-    response = client.post(LAUNCH, {**form, "preset": preset.pk, "memory_mib": 16384})
+    # A /dev/shm over the memory is named on its field, which the member can change.
+    response = client.post(LAUNCH, {**form, "preset": preset.pk, "memory_mib": 4096, "shm_mib": 8192})
+    assert response.status_code == 400 and "Must be at most memory_mib (4096 MiB)." in response.content.decode()
+    response = client.post(LAUNCH, {**form, "preset": preset.pk, "memory_mib": 16384, "shm_mib": 8192})
     assert response.status_code == 302
     launched = Workload.all_tenants.get(name="pytorch-notebook")
     assert (launched.preset_id, launched.idle_timeout_seconds, launched.memory_mib) == (preset.pk, 1800, 16384)
+    assert launched.shm_mib == 8192
     # Another tenant's preset, or one deleted meanwhile, is refused on the page, not launched.
     response = client.post(LAUNCH, {**form, "name": "again", "preset": 999_999})
     assert response.status_code == 400 and "That launch preset is gone" in response.content.decode()
@@ -331,7 +337,7 @@ def test_the_page_shows_the_replicas_of_the_current_attempt_and_the_log_tail(tea
             attempt=attempt,
             index=0,
             node=node,
-            name=f"gpucloud-w{workload.pk}-r0-a{attempt}",
+            name=container_name(workload.pk, 0, attempt),
             state=ReplicaState.EXITED if exit_code else ReplicaState.RUNNING,
             exit_code=exit_code,
         )

@@ -37,7 +37,7 @@ from tests.jobs.factories import assign, give_quota, request
 def team(world: World) -> World:
     """Alpha has an 8-GPU quota and one ready simulated 8-GPU node; member_a is on alpha."""
     give_quota(world)
-    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=8, cpu_cores=64, memory_mb=512_000)
+    make_node(Actor(user=world.operator), world.pool, name="n1", gpus=8, cpu_cores=64, memory_mib=512_000)
     assign(world.member_a, world.project_a)
     return world
 
@@ -93,7 +93,7 @@ def test_a_notebooks_launch_steps_follow_what_really_happened_each_with_its_time
         "jupyter": "done",
         "ready": "current",
     }
-    assert f'href="/notebooks/{notebook.pk}/lab"' in live and "data-open-lab" in live
+    assert f'href="/notebooks/{notebook.pk}/open"' in live and "data-open-lab" in live
     replica.refresh_from_db()
     steps = live.split('id="launch-steps"')[1].split("</section>")[0]
     stamps = re.findall(r'<time datetime="([^"]+)"', steps)

@@ -19,6 +19,7 @@ from django.utils import timezone
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.protocol.messages import LogBatches, Reconcile
 from inventory.choices import NodeState
 from inventory.models import Gpu, Node, NodePool
 from inventory.services import record_heartbeats
@@ -71,7 +72,7 @@ def _sample(uuid: str, index: int, **fields: Any) -> dict[str, Any]:
 def _placeable(world: World) -> World:
     """ready_world, its node given CPU and memory for the scheduler to reserve."""
     ready_world(world)
-    Node.objects.filter(name="n1").update(cpu_cores=64, memory_mb=512_000)
+    Node.objects.filter(name="n1").update(cpu_cores=64, memory_mib=512_000)
     return world
 
 
@@ -436,13 +437,13 @@ def test_queued_tasks_per_queue(client: Client) -> None:
     from tests.workers import purge
 
     purge(["control", "ingest"])
-    control._release("jobs.reconcile")
+    control._release(Reconcile.TASK)
     for _ in range(5):
-        control.request("jobs.reconcile")
-    app.send_task("jobs.ingest_log_batches", kwargs={"batches": []}, queue=control.INGEST_QUEUE)
+        control.request(Reconcile.TASK)
+    app.send_task(LogBatches.TASK, kwargs={"batches": []}, queue=control.INGEST_QUEUE)
     try:
         queued = {s.labels["queue"]: s.value for s in _scrape(client)["gpucloud_queued_tasks"].samples}
         assert queued == {"control": 1, "ingest": 1}
     finally:
         purge(["control", "ingest"])
-        control._release("jobs.reconcile")
+        control._release(Reconcile.TASK)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 import psycopg
@@ -44,12 +44,15 @@ import pytest
 from django.conf import settings
 from django.core.cache.backends.redis import RedisCache
 from django.db import connection
+from django.test import Client
 from redis import Redis
 from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 from websockets.sync.connection import Connection
 from websockets.typing import Subprotocol
 
+from common.protocol.messages import LogBatches, ReplicaExited, ReplicaStarted
+from common.task_names import LAUNCH_WORKLOADS, SCHEDULE_PASS
 from inventory.choices import NodeState
 from inventory.models import Node
 from inventory.services.nodes import register_node
@@ -65,6 +68,7 @@ from tests.conftest import World
 from tests.frontend.live import token_for
 from tests.jobs.factories import assign, give_quota
 from tests.jobs.test_proxy import browser, execute, websocket
+from tests.process_user import reachable_dir, workload_python
 from tests.workers import kill_process_sessions, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -206,7 +210,8 @@ def _environment(data_dir: Path) -> dict[str, str]:
         # A small pool per process: the six share the Postgres other test runs use.
         DATABASE_POOL_SIZE="5",
         # Jupyter from the suite's own interpreter: the process runtime gives workloads a minimal PATH.
-        NOTEBOOK_COMMAND=f"{sys.executable},-m,jupyter_server",
+        # Run as the workload's unprivileged user when the tests run as root (tests/process_user.py).
+        NOTEBOOK_COMMAND=",".join([*workload_python(), "-m", "jupyter_server"]),
     )
     return env
 
@@ -214,7 +219,7 @@ def _environment(data_dir: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def deployment(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """Start the six processes on the test database; yield once every one of them serves."""
-    data_dir = tmp_path_factory.mktemp("scale-out")
+    data_dir = reachable_dir()  # workloads run as another user when the tests run as root
     logs = tmp_path_factory.mktemp("scale-out-logs")
     deployment = Deployment(data_dir=data_dir)
     for name in ("web-1", "web-2"):
@@ -298,7 +303,7 @@ def node(world: World, deployment: Deployment) -> Node:
     assign(world.member_a, world.project_a)
     operator = Actor(user=world.operator)
     registered = register_node(
-        actor=operator, name=NODE, pool=world.pool, runtime="process", cpu_cores=64, memory_mb=512_000
+        actor=operator, name=NODE, pool=world.pool, runtime="process", cpu_cores=64, memory_mib=512_000
     )
     provision_node(actor=operator, node=registered)
     ready = Node.objects.filter(pk=registered.pk, state=NodeState.READY)
@@ -345,7 +350,7 @@ def _race(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
 
 
 def _python(script: str, *args: str) -> list[str]:
-    return [sys.executable, "-c", textwrap.dedent(script), *args]
+    return [*workload_python(), "-c", textwrap.dedent(script), *args]
 
 
 def _conninfo() -> dict[str, Any]:
@@ -401,7 +406,7 @@ def _story(workload_id: int) -> str:
 # --- submissions and passes -------------------------------------------------------------------------
 
 # Tasks a worker takes for one workload: its launch, the agent's reports, its output.
-WORKLOAD_TASKS = {"jobs.launch_workloads", "jobs.replica_started", "jobs.replica_exited", "jobs.ingest_log_batches"}
+WORKLOAD_TASKS = {LAUNCH_WORKLOADS, ReplicaStarted.TASK, ReplicaExited.TASK, LogBatches.TASK}
 JOBS = 20
 # A job this short may end before its start is recorded: two workers can take the agent's start and exit
 # reports at the same time, and the exit commit first (starting -> succeeded, without "running").
@@ -447,7 +452,7 @@ def test_submissions_through_both_web_processes_run_once_each_without_sharing_a_
     assert not shared, f"GPUs held by two workloads at once, or more than the node has: {shared}"
     for worker in deployment.workers:
         done = _tasks_received(worker)
-        assert "jobs.schedule_pass" in done and done & WORKLOAD_TASKS, f"{worker.name} took no part: {done}"
+        assert SCHEDULE_PASS in done and done & WORKLOAD_TASKS, f"{worker.name} took no part: {done}"
     assert wait_until(lambda: all(w.log_seq >= LINES for w in _workloads(ids)), timeout=30)
     for workload in _workloads(ids):
         assert (workload.state, workload.exit_code, workload.attempt) == (WorkloadState.SUCCEEDED, 0, 1)
@@ -533,9 +538,10 @@ def _lines(messages: list[dict[str, Any]]) -> list[list[Any]]:
 
 
 def test_streams_on_both_web_processes_follow_a_job_submitted_through_one_and_run_by_any_worker(
-    node: Node, secret: str, deployment: Deployment, tmp_path: Path
+    node: Node, secret: str, deployment: Deployment
 ) -> None:
-    go, stop = tmp_path / "go", tmp_path / "stop"
+    shared = reachable_dir()  # the job reads these as its own user
+    go, stop = shared / "go", shared / "stop"
     web_1, web_2 = deployment.webs
     with ExitStack() as streams:
         with scheduler_held():
@@ -574,11 +580,22 @@ def test_the_proxy_of_either_web_process_reaches_a_notebook_and_its_kernel(
     notebook = _submit(web_1, secret, name="nb", kind="notebook")
     assert wait_until(lambda: _state(notebook) != WorkloadState.PENDING, timeout=30), _story(notebook)
     assert wait_until(lambda: _state(notebook) == WorkloadState.RUNNING, timeout=90), _story(notebook)
-    with browser(web_1, world.member_a) as on_1, browser(web_2, world.member_a) as on_2:
+    with browser(web_1, world.member_a, notebook) as on_1, browser(web_2, world.member_a, notebook) as on_2:
         for owner in (on_1, on_2):
             status = owner.get(f"/notebooks/{notebook}/api/status")
             assert status.status_code == 200 and "started" in status.json(), status.text
-        assert httpx.get(f"{web_2}/notebooks/{notebook}/api/status", timeout=30).status_code == 404
+        # Each web process serves the notebook origin on its next port; without the hand-off's cookie: 404.
+        notebooks_2 = str(on_2.base_url).rstrip("/")
+        assert httpx.get(f"{notebooks_2}/notebooks/{notebook}/api/status", timeout=30).status_code == 404
+        # A ticket issued by web 1 is spent on web 2: once, across processes (the shared Redis cache).
+        login = Client()
+        login.force_login(world.member_a)
+        session = {settings.SESSION_COOKIE_NAME: login.cookies[settings.SESSION_COOKIE_NAME].value}
+        handed = httpx.get(f"{web_1}/notebooks/{notebook}/open", cookies=session, timeout=30)
+        entry = urlsplit(handed.headers["location"])
+        at_2 = f"{str(on_2.base_url).rstrip('/')}{entry.path}?{entry.query}"
+        assert httpx.get(at_2, timeout=30).status_code == 303
+        assert httpx.get(handed.headers["location"], timeout=30).status_code == 404, "spent on web 2"
         # A kernel started through web 1, computing over a WebSocket through web 2.
         kernel = on_1.post(f"/notebooks/{notebook}/api/kernels", json={"name": "python3"})
         assert kernel.status_code == 201, kernel.text

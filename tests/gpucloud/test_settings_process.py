@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-_SERVICE_VARS = ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "GPUCLOUD_HTTPS", "ALLOWED_HOSTS")
+_SERVICE_VARS = (
+    *("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "GPUCLOUD_HTTPS", "ALLOWED_HOSTS", "NOTEBOOK_ORIGIN"),
+)
 
 
 def _run(code: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -47,6 +49,22 @@ def test_malformed_variable_stops_start_up_naming_it(tmp_path: Path) -> None:
     assert "ImproperlyConfigured" in result.stderr and "LOGIN_MAX_FAILURES" in result.stderr
 
 
+def test_fast_paths_are_on_unless_named_off(tmp_path: Path) -> None:
+    code = "from django.conf import settings; print(sorted(k for k, on in settings.FAST_PATHS.items() if on))"
+    every = "['bulk_instances', 'jobs_sql', 'proxy_client', 'submission_ingest', 'telemetry_sql', 'token_sql']"
+    assert _run(code, tmp_path).stdout.strip() == every
+    off = _run(code, tmp_path, GPUCLOUD_FAST_PATHS_OFF="submission_ingest, token_sql, jobs_sql")
+    assert off.stdout.strip() == "['bulk_instances', 'proxy_client', 'telemetry_sql']", off.stderr
+    assert _run(code, tmp_path, GPUCLOUD_FAST_PATHS_OFF="all").stdout.strip() == "[]"
+
+
+def test_an_unknown_fast_path_stops_start_up_naming_it(tmp_path: Path) -> None:
+    result = _run("from django.conf import settings; settings.DEBUG", tmp_path, GPUCLOUD_FAST_PATHS_OFF="ingest")
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr and "GPUCLOUD_FAST_PATHS_OFF" in result.stderr
+    assert "unknown fast path ingest" in result.stderr
+
+
 _DEPLOY_CHECK = (
     "import django, sys; django.setup(); from django.core.management import call_command; "
     "call_command('check', deploy=True, fail_level='WARNING')"
@@ -55,16 +73,52 @@ _KEY = "k" * 20 + "-not-a-real-key-but-long-enough-for-the-check-0123456789"
 
 
 @pytest.mark.parametrize("services", [{}, {"REDIS_URL": "redis://127.0.0.1:6379/0"}], ids=["embedded", "distributed"])
-def test_debug_off_with_a_secret_key_and_allowed_hosts_alone_passes_the_deploy_check(
+def test_debug_off_with_a_secret_key_allowed_hosts_and_a_notebook_origin_passes_the_deploy_check(
     tmp_path: Path, services: dict[str, str]
 ) -> None:
-    result = _run(_DEPLOY_CHECK, tmp_path, DEBUG="0", SECRET_KEY=_KEY, ALLOWED_HOSTS="gpucloud.example.com", **services)
+    result = _run(
+        _DEPLOY_CHECK,
+        tmp_path,
+        DEBUG="0",
+        SECRET_KEY=_KEY,
+        ALLOWED_HOSTS="gpucloud.example.com",
+        NOTEBOOK_ORIGIN="https://nb-{id}.apps.example.net",
+        **services,
+    )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("origin", "problem"),
+    [(None, "NOTEBOOK_ORIGIN is not set"), ("https://gpucloud.example.com", "one of the console's ALLOWED_HOSTS")],
+)
+def test_the_deploy_check_fails_without_a_notebook_origin_of_their_own(
+    tmp_path: Path, origin: str | None, problem: str
+) -> None:
+    given = {"NOTEBOOK_ORIGIN": origin} if origin else {}
+    result = _run(_DEPLOY_CHECK, tmp_path, DEBUG="0", SECRET_KEY=_KEY, ALLOWED_HOSTS="gpucloud.example.com", **given)
+    assert result.returncode != 0 and "jobs.E001" in result.stderr and problem in result.stderr, result.stderr
+
+
+def test_a_malformed_notebook_origin_stops_start_up_naming_it(tmp_path: Path) -> None:
+    result = _run("from django.conf import settings; settings.DEBUG", tmp_path, NOTEBOOK_ORIGIN="https://a/path")
+    assert result.returncode != 0 and "NOTEBOOK_ORIGIN" in result.stderr
+
+
+def test_embedded_notebooks_default_to_the_next_loopback_port(tmp_path: Path) -> None:
+    result = _run("from django.conf import settings as s; print(s.NOTEBOOK_ORIGIN)", tmp_path)
+    assert result.stdout.strip() == "http://127.0.0.1:8001", result.stderr
 
 
 def test_a_plain_http_opt_out_is_what_the_deploy_check_warns_about(tmp_path: Path) -> None:
     result = _run(
-        _DEPLOY_CHECK, tmp_path, DEBUG="0", SECRET_KEY=_KEY, ALLOWED_HOSTS="gpucloud.example.com", GPUCLOUD_HTTPS="0"
+        _DEPLOY_CHECK,
+        tmp_path,
+        DEBUG="0",
+        SECRET_KEY=_KEY,
+        ALLOWED_HOSTS="gpucloud.example.com",
+        GPUCLOUD_HTTPS="0",
+        NOTEBOOK_ORIGIN="http://apps.example.net",
     )
     assert result.returncode != 0
     assert {"security.W004", "security.W008", "security.W012", "security.W016"} <= set(

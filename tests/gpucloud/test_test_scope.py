@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextvars
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import ROOT, touches_backends
+from tests.conftest import ROOT, embedded_too, runs_embedded_too, touches_backends
 
 
 @pytest.mark.django_db
@@ -50,7 +51,56 @@ def test_the_backend_dependent_scope_keeps_the_database_tests_and_drops_the_rest
 def test_an_unknown_scope_is_refused() -> None:
     refused = _collect("some")
     assert refused.returncode != 0
-    assert "GPUCLOUD_TESTS='some': it must be one of all, backend-dependent" in refused.stdout + refused.stderr
+    said = refused.stdout + refused.stderr
+    assert "GPUCLOUD_TESTS='some': it must be one of all, backend-dependent, embedded" in said
+
+
+def _collected(scope: str, *paths: str) -> set[str]:
+    env = {**os.environ, "GPUCLOUD_TESTS": scope}
+    argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", *paths]
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {line.split("::", 1)[0] for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_the_embedded_scope_keeps_pure_tests_and_listed_database_tests_and_drops_the_rest() -> None:
+    files: tuple[str, ...] = ("tests/jobs/test_fast_sql.py", "tests/api/test_list_query_counts.py")
+    files += ("tests/jobs/scheduler/test_core_tables.py",)
+    assert _collected("embedded", *files) == {"tests/jobs/test_fast_sql.py", "tests/jobs/scheduler/test_core_tables.py"}
+    dependent = {"tests/jobs/test_fast_sql.py", "tests/api/test_list_query_counts.py"}
+    assert _collected("backend-dependent", *files) == dependent
+
+
+def test_an_entry_names_a_file_or_a_directory_and_nothing_else() -> None:
+    paths = {"tests/a/", "tests/b/test_c.py"}
+    assert runs_embedded_too("tests/a/test_x.py::test_y", paths)
+    assert runs_embedded_too("tests/b/test_c.py::test_y[1]", paths)
+    assert not runs_embedded_too("tests/b/test_c_more.py::test_y", paths)
+    assert not runs_embedded_too("tests/ab/test_x.py::test_y", paths)
+
+
+def test_every_listed_path_exists() -> None:
+    missing = [path for path in embedded_too() if not (ROOT / path).exists()]
+    assert not missing, f"tests/embedded_too.toml names paths that do not exist: {missing}"
+
+
+# A database test file that starts processes or runs work concurrently can fail on SQLite alone.
+PROCESSES_OR_CONCURRENCY = re.compile(
+    r"live_server|Popen|ThreadPoolExecutor|threading\.Thread|concurrent\.futures|asyncio\.gather|tests\.workers"
+)
+USES_DATABASE = re.compile(r"django_db|live_server|transactional_db")
+
+
+def test_every_database_test_file_with_processes_or_concurrency_runs_embedded_too() -> None:
+    listed = embedded_too()
+    missing = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        source = path.read_text()
+        name = path.relative_to(ROOT).as_posix()
+        risky = USES_DATABASE.search(source) and PROCESSES_OR_CONCURRENCY.search(source)
+        if risky and not runs_embedded_too(name + "::", listed):
+            missing.append(name)
+    assert not missing, f"add these to tests/embedded_too.toml (rule: processes or concurrency): {missing}"
 
 
 # --- each test's cache namespace (tests/cache_keys.py) --------------------------------------------------

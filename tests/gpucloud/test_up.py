@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from common.task_names import SCHEDULE_PASS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,6 +26,24 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _free_port_pair() -> int:
+    """Return a loopback port P with P + 1 free too: `up` serves notebooks on the next port by default.
+
+    A port from bind(0) alone often has its neighbour held by an outgoing connection (Linux hands bind and
+    connect ports of alternate parity), e.g. a parallel test worker's pooled database connection.
+    """
+    for _ in range(100):
+        port = _free_port()
+        with socket.socket() as first, socket.socket() as second:
+            try:
+                first.bind(("127.0.0.1", port))
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two free neighbouring loopback ports")
 
 
 def _get(url: str) -> tuple[int, bytes]:
@@ -45,7 +65,7 @@ class Run:
 @contextmanager
 def console(data_dir: Path, *, extra_args: list[str] | None = None, **extra: str) -> Iterator[Run]:
     """Run `gpucloud up` (with `extra_args`) in embedded mode on a free port until the block ends."""
-    port = _free_port()
+    port = _free_port_pair()
     environ = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "GPUCLOUD_ADMIN_PASSWORD")}
     # This machine becomes a process-runtime node unless a test asks otherwise: no Docker Engine is asked.
     environ.update(GPUCLOUD_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1", GPUCLOUD_LOCAL_NODE="process")
@@ -123,7 +143,7 @@ def test_up_stays_quiet_so_the_address_and_the_password_stay_on_screen(tmp_path:
         time.sleep(10)
     # The test's own requests (waiting for /healthz) are logged by uvicorn, one line each: not periodic work.
     lines = [line for line in run.output.splitlines() if line.strip() and '"GET ' not in line]
-    assert not [line for line in lines if "jobs.schedule_pass" in line or "apply_heartbeats" in line], lines
+    assert not [line for line in lines if SCHEDULE_PASS in line or "apply_heartbeats" in line], lines
     assert len(lines) <= 24, "\n".join(lines)
     assert any("first operator account created" in line for line in lines)
     assert any(f"gpucloud console on {run.base}" in line for line in lines)

@@ -3,10 +3,12 @@ and the demo fleet, with a real process on a real port."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 
 from gpucloud.banner import SignIn, console_url, render
 from tests.gpucloud.test_up import ROOT, _get, console
+from tests.process_user import _passable
 
 
 def _rows(data_dir: Path, query: str) -> list[tuple[object, ...]]:
@@ -25,14 +28,20 @@ def _rows(data_dir: Path, query: str) -> list[tuple[object, ...]]:
 def _banner(output: str) -> list[str]:
     """Return the lines printed between the last start message and the server's own log."""
     before_server = output.split("INFO:     Started server process")[0]
-    return [line for line in before_server.splitlines() if line.strip()][-9:]
+    lines = [line for line in before_server.splitlines() if line.strip()]
+    return lines[max(i for i, line in enumerate(lines) if "gpucloud console on" in line) - 1 :]
 
 
 def test_the_banner_is_the_last_thing_before_the_servers_log_with_the_url_and_the_credentials(tmp_path: Path) -> None:
     with console(tmp_path) as run:
-        pass
+        # Notebooks have their own origin, the next port, served by the same process: no console page there.
+        port = int(run.base.rsplit(":", 1)[1])
+        notebooks = f"http://127.0.0.1:{port + 1}"
+        assert _get(f"{notebooks}/login/") == (404, b"Not found.")
+        assert _get(f"{run.base}/login/")[0] == 200
     banner = "\n".join(_banner(run.output))
     assert f"gpucloud console on {run.base}" in banner
+    assert f"Notebooks:    {notebooks} (their own origin" in banner
     user = re.search(r"User name: +(\S+)", banner)
     password = re.search(r"Password: +(\S+)", banner)
     assert user and password, run.output
@@ -53,6 +62,10 @@ def test_the_first_start_makes_this_machine_a_process_node_labelled_unisolated(t
             time.sleep(0.3)
     assert rows == [("local", "process", "ready")], (rows, run.output)
     assert "This machine: node local in pool local, process runtime: NOT isolated, for development only" in run.output
+    if os.geteuid() == 0:  # workloads run as unprivileged users: the banner says whether they can run Jupyter
+        reachable = _passable(Path(sys.executable).parent) and _passable(Path(sys.executable).resolve().parent)
+        expected = "workloads run as unprivileged users" if reachable else "notebooks will not start"
+        assert expected in run.output, run.output
 
     with console(tmp_path) as again:
         pass

@@ -62,6 +62,10 @@ def _started(replica: Replica) -> dict[str, Any]:
     return {"kind": "task", "task": "jobs.replica_started", "kwargs": kwargs}
 
 
+def _reading(uuid: str) -> dict[str, Any]:
+    return {"uuid": uuid, "index": 0, "timestamp": 1_700_000_000.0}
+
+
 def test_a_join_token_is_shown_once_works_once_and_names_one_node(world: World) -> None:
     node = _docker_node(world, "gpu-a")
     issued = client_for(world.operator).post(f"/api/v1/nodes/{node.name}/join-token/", {}, format="json")
@@ -141,7 +145,11 @@ def test_a_node_cannot_report_on_another_nodes_replicas_gpus_or_name(world: Worl
     logs = {
         "kind": "task",
         "task": "jobs.ingest_log_batches",
-        "kwargs": {"batches": [{"workload_id": theirs.workload_id, "attempt": 1, "replica": 0, "lines": []}]},
+        "kwargs": {
+            "batches": [
+                {"workload_id": theirs.workload_id, "attempt": 1, "replica": 0, "since": "", "cursor": "c", "lines": []}
+            ]
+        },
     }
     forgeries = [
         _started(theirs),
@@ -149,10 +157,8 @@ def test_a_node_cannot_report_on_another_nodes_replicas_gpus_or_name(world: Worl
         logs,
         {"kind": "task", "task": "jobs.node_replicas", "kwargs": {"node": "victim", "managed": []}},
         {"kind": "heartbeat", "report": {"node": "victim", "samples": []}},
-        {"kind": "heartbeat", "report": {"node": "attacker", "samples": [{"uuid": "GPU-victim-0"}]}},
-        {"kind": "samples", "samples": [{"uuid": "GPU-victim-0", "utilization_gpu": 100}]},
-        {"kind": "task", "task": "inventory.complete_provisioning", "kwargs": {}},
-        {"kind": "task", "task": "jobs.replica_started", "kwargs": {"workload_id": "1", "attempt": 1}},
+        {"kind": "heartbeat", "report": {"node": "attacker", "samples": [_reading("GPU-victim-0")]}},
+        {"kind": "samples", "samples": [{**_reading("GPU-victim-0"), "utilization_gpu": 100}]},
     ]
     for index, forged in enumerate(forgeries):
         answer = forged_by.post("/api/v1/agent/reports", {"messages": [forged]}, format="json")
@@ -166,6 +172,55 @@ def test_a_node_cannot_report_on_another_nodes_replicas_gpus_or_name(world: Worl
     theirs.refresh_from_db()
     assert theirs.handle == {} and theirs.state == "launching"
     assert agent_gateway.check_messages(attacker, [_started(mine)]) == []
+
+
+def test_a_report_that_does_not_fit_its_protocol_message_spoils_its_batch_with_each_field_named(world: World) -> None:
+    node = _docker_node(world, "gpu-a", state=NodeState.READY, gpus=1)
+    agent = _agent(_join(world, node))
+    mine = _replica(world, node)
+    malformed = [
+        ({"kind": "task", "task": "inventory.complete_provisioning", "kwargs": {}}, None),
+        (
+            {"kind": "task", "task": "jobs.replica_started", "kwargs": {"workload_id": "1", "attempt": 1}},
+            {
+                "workload_id": "must be an integer in 0..9223372036854775807",
+                "replica": "is missing",
+                "handle": "is missing",
+            },
+        ),
+        (
+            {**_started(mine), "kwargs": {**_started(mine)["kwargs"], "replica": -1, "endpoint": 7, "pid": 1}},
+            {
+                "replica": "must be an integer in 0..4095",
+                "endpoint": "must be a string",
+                "pid": "is not a field of this message",
+            },
+        ),
+        ({**_started(mine), "version": 99}, {"version": "99 is not 1, the version this side reads"}),
+        (
+            {"kind": "heartbeat", "report": {"node": "gpu-a", "samples": [{"uuid": "GPU-x", "index": -1}]}},
+            {"samples[0].index": "must be an integer in 0..1023", "samples[0].timestamp": "is missing"},
+        ),
+        (
+            {"kind": "samples", "samples": [{**_reading("GPU-x"), "utilization_gpu": "full", "xid_events": [79.5]}]},
+            {
+                "samples[0].utilization_gpu": "must be a number",
+                "samples[0].xid_events[0]": "must be an integer in 0..9223372036854775807",
+            },
+        ),
+        (
+            {"kind": "heartbeat", "report": {"history": {"GPU-x": [[1.0, "busy"]]}}},
+            {"history['GPU-x'][0][1]": "must be a number"},
+        ),
+    ]
+    for forged, fields in malformed:
+        answer = agent.post("/api/v1/agent/reports", {"messages": [_started(mine), forged]}, format="json")
+        assert answer.status_code == 400, answer.content
+        (rejected,) = answer.json()["error"]["rejected"]
+        assert rejected["index"] == 1 and rejected.get("fields") == fields
+    mine.refresh_from_db()
+    assert mine.handle == {} and mine.state == "launching", "the well-formed report beside it was not taken either"
+    assert agent_gateway.check_messages(node, [{**_started(mine), "version": 1}]) == []
 
 
 def test_a_result_for_a_command_sent_to_another_node_is_refused(world: World) -> None:
@@ -222,9 +277,10 @@ def test_malformed_batches_name_what_is_wrong(world: World) -> None:
         {"messages": [{"kind": "nope"}, {"kind": "task", "task": "jobs.reconcile", "kwargs": {"x": 1}}, 7]},
         format="json",
     )
-    assert answer.status_code == 403
-    reasons = [r["reason"] for r in answer.json()["error"]["rejected"]]
-    assert len(reasons) == 3 and "kind must be" in reasons[0] and "unexpected keyword" in reasons[1]
+    assert answer.status_code == 400
+    rejected = answer.json()["error"]["rejected"]
+    assert len(rejected) == 3 and "kind must be" in rejected[0]["reason"]
+    assert rejected[1]["fields"] == {"x": "is not a field of this message"}
     for wait in ("nan", "inf", "soon"):
         assert agent.get(f"/api/v1/agent/commands?wait={wait}").status_code == 400, wait
 

@@ -49,18 +49,21 @@ from inventory.agent.config import AgentConfig, activate
 from inventory.choices import NodeState
 from inventory.drivers import policy
 from inventory.drivers.base import PermanentDriverError, WorkloadSpec
-from inventory.drivers.docker_engine import Budget
-from inventory.drivers.docker_gangs import IDLE_GRACE_SECONDS, GangNetworks
-from inventory.drivers.docker_runtime import DockerRuntime
+from inventory.drivers.docker import DockerRuntime
+from inventory.drivers.docker._engine import Budget
+from inventory.drivers.docker._gangs import IDLE_GRACE_SECONDS, GangNetworks
 from inventory.models import Gpu, Node, agent_queue_for
+from inventory.services.installation import installation_id
 from inventory.services.provisioning import complete_provisioning
 from jobs import selectors, services
 from jobs.choices import ReasonCode, WorkloadState
 from jobs.models import Replica, Workload, WorkloadEvent
 from jobs.scheduler.core.explain import SPAN_NOTE
+from jobs.services.execution import container_name
 from tenants.context import Actor
 from tenants.scoping import tenant_scope
 from tests.conftest import ROOT, World, docker_cli
+from tests.inventory.drivers.conftest import TEST_INSTALLATION
 from tests.inventory.factories import make_node
 from tests.jobs.factories import assign, give_quota, run_pass_now
 from tests.workers import running_worker, wait_until
@@ -156,7 +159,7 @@ def _world(world: World, state: NodeState = NodeState.READY) -> None:
             runtime="docker",
             address=address,
             cpu_cores=1,
-            memory_mb=4_000,
+            memory_mib=4_000,
         )
         Gpu.objects.create(node=node, index=0, uuid=f"GPU-{node_name}-0", model="NVIDIA H100 80GB HBM3")
 
@@ -172,7 +175,7 @@ def _probed(world: World, engine_of: dict[str, str]) -> None:
         facts = asdict(DockerRuntime(engine_of[node.name], pull_images=False).info())
         report = {
             "agent_version": "test",
-            "runtime": {**facts, "cpus": 1, "memory_mb": 4_000},
+            "runtime": {**facts, "cpu_cores": 1, "memory_mib": 4_000},
             "gpus": {"available": False, "gpus": []},
             "health_check": {"exit_code": 0, "state": "exited", "message": ""},
         }
@@ -229,6 +232,7 @@ def _probe(runtime: DockerRuntime, tenant: str, name: str, image: str, targets: 
         attempt=0,
         image=image,
         command=["sh", "-c", PROBE, "probe", *targets],
+        installation=installation_id(),  # a tenant of the same console as the gang
     )
     handle = runtime.start(spec)
     assert wait_until(lambda: runtime.poll(handle).state == "exited", timeout=60), f"probe {name} did not end"
@@ -271,8 +275,8 @@ def test_a_gang_on_two_hosts_all_reduces_over_its_own_overlay_and_no_one_else_re
     placed = sorted(Replica.all_tenants.filter(workload=gang).values_list("node__name", flat=True))
     assert placed == sorted(NODES), "one replica on each host"
 
-    network = policy.gang_network_name(str(gang.pk), gang.attempt)
-    rank0 = f"gpucloud-w{gang.pk}-r0-a{gang.attempt}"
+    network = policy.gang_network_name(installation_id(), str(gang.pk), gang.attempt)
+    rank0 = container_name(gang.pk, 0, gang.attempt)
     master_url = next(url for url in engines if rank0 in _docker(url, "ps", "--format", "{{.Names}}"))
     master_host = HOST_ADDRESSES[engines.index(master_url)]
     overlay, egress = _gang_addresses(master_url, rank0, network)
@@ -364,7 +368,8 @@ def _gang_spec(image: str, *, replica: int = 0, workload_id: str = "", tenant: s
     """A replica of a gang across hosts that sleeps; a fresh workload id unless `workload_id` is given."""
     workload = workload_id or str(next(_ids))
     return WorkloadSpec(
-        name=f"gpucloud-w{workload}-r{replica}-a0",
+        name=policy.container_name(TEST_INSTALLATION, workload, replica, 0),
+        installation=TEST_INSTALLATION,
         workload_id=workload,
         tenant=tenant,
         attempt=0,
@@ -436,7 +441,7 @@ def test_idle_gang_networks_past_the_grace_are_pruned_and_young_used_or_foreign_
 ) -> None:
     manager_url = engines[0]
     manager = DockerRuntime(manager_url, pull_images=False)
-    idle, used, foreign = (f"gpucloud-gang-w{next(_ids)}-a0" for _ in range(3))
+    idle, used, foreign = (policy.gang_network_name(TEST_INSTALLATION, str(next(_ids)), 0) for _ in range(3))
     gang = ["--label", f"{policy.LABEL_PURPOSE}={policy.GANG_PURPOSE}"]
     managed = ["--label", f"{policy.LABEL_MANAGED}={policy.MANAGED}"]
     for name, labels in ((idle, gang + managed), (used, gang + managed), (foreign, gang)):
@@ -464,7 +469,7 @@ def test_a_managers_release_while_another_hosts_container_is_attached_is_refused
     manager, worker = (DockerRuntime(url, pull_images=False) for url in engines)
     first = _gang_spec(test_image)
     second = _gang_spec(test_image, replica=1, workload_id=first.workload_id)
-    network = policy.gang_network_name(first.workload_id, 0)
+    network = policy.gang_network_name(TEST_INSTALLATION, first.workload_id, 0)
     on_manager = manager.start(first)
     on_worker = worker.start(second)
     try:
@@ -486,7 +491,7 @@ def test_a_managers_release_while_another_hosts_container_is_attached_is_refused
 def test_a_network_of_the_gangs_name_but_another_tenants_is_never_joined(engines: list[str], test_image: str) -> None:
     manager, worker = (DockerRuntime(url, pull_images=False) for url in engines)
     spec = _gang_spec(test_image, tenant="tenant-g")
-    network = policy.gang_network_name(spec.workload_id, 0)
+    network = policy.gang_network_name(TEST_INSTALLATION, spec.workload_id, 0)
     labels = {
         policy.LABEL_MANAGED: policy.MANAGED,
         policy.LABEL_PURPOSE: policy.GANG_PURPOSE,

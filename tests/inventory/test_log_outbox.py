@@ -6,6 +6,7 @@ import threading
 import time
 from typing import Any
 
+from common.protocol.messages import LogBatches, ReplicaExited
 from inventory.agent.executor import SHIP_SECONDS, Executor, LogOutbox
 from tests.workers import wait_until
 
@@ -27,7 +28,7 @@ class Recorder:
 
     def batches(self) -> list[dict[str, Any]]:
         with self.lock:
-            messages = [kwargs["batches"] for task, kwargs in self.sent if task == "jobs.ingest_log_batches"]
+            messages = [kwargs["batches"] for task, kwargs in self.sent if task == LogBatches.TASK]
         return [batch for message in messages for batch in message]
 
 
@@ -69,9 +70,9 @@ def test_other_reports_go_after_the_output_before_them() -> None:
     executor = Executor(send=send)
     for n in range(3):
         executor.outbox.put(_batch(0, n))
-    executor.report("jobs.replica_exited", workload_id=7, attempt=1, replica=0, exit_code=0, message="")
+    executor.report(ReplicaExited(workload_id=7, attempt=1, replica=0, exit_code=0))
     tasks = [task for task, _ in send.sent]
-    assert tasks[-1] == "jobs.replica_exited"
+    assert tasks[-1] == ReplicaExited.TASK
     assert len(send.batches()) == 3, "every batch was sent before the exit"
 
 

@@ -18,7 +18,7 @@ from tenants.models import AuditEvent
 from tests.conftest import World
 from tests.inventory.factories import make_node
 
-H100 = {"index": 0, "uuid": "GPU-aaaa", "model": "NVIDIA H100 80GB HBM3", "memory_mb": 81559, "mig_mode": "disabled"}
+H100 = {"index": 0, "uuid": "GPU-aaaa", "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "mig_mode": "disabled"}
 
 
 def report(**changes: Any) -> dict[str, Any]:
@@ -31,8 +31,8 @@ def report(**changes: Any) -> dict[str, Any]:
             "device_requests": True,
             "nvidia_runtime": True,
             "toolkit_version": "1.17.3",
-            "cpus": 64,
-            "memory_mb": 515000,
+            "cpu_cores": 64,
+            "memory_mib": 515000,
         },
         "gpus": {"available": True, "gpus": [H100], "driver_version": "550.90.07", "cuda_version": "12.4"},
         "health_check": {"exit_code": 0, "state": "exited", "message": ""},
@@ -99,7 +99,7 @@ def test_a_good_report_makes_the_node_ready_with_versions_and_gpus(world: World)
     assert (node.engine_version, node.runc_version, node.toolkit_version) == ("26.1.5", "1.1.12", "1.17.3")
     assert (node.nvidia_driver_version, node.cuda_version, node.cpu_cores) == ("550.90.07", "12.4", 64)
     gpu = Gpu.objects.get()
-    assert (gpu.uuid, gpu.model, gpu.memory_mb, gpu.mig_mode, gpu.health) == (
+    assert (gpu.uuid, gpu.model, gpu.memory_mib, gpu.mig_mode, gpu.health) == (
         "GPU-aaaa", "NVIDIA H100 80GB HBM3", 81559, "disabled", GpuHealth.OK
     )  # fmt: skip
     assert AuditEvent.all_tenants.filter(action="node.ready", object_id=str(node.pk)).count() == 1

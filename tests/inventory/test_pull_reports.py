@@ -11,14 +11,31 @@ from typing import Any
 
 import pytest
 
+from common.protocol.messages import ReplicaStarted
 from inventory.agent.executor import Executor
 from inventory.agent.pulls import PULL_TASK, PullReports
 from inventory.agent.replicas import ReplicaRef
+from inventory.drivers import policy
 from inventory.drivers.base import PullProgress
+from tests.inventory.drivers.conftest import TEST_INSTALLATION
 from tests.workers import wait_until
 
-REF = ReplicaRef(node="n1", runtime="docker", name="gpucloud-w7-r0-a1", workload_id=7, attempt=1, replica=0)
-OTHER = ReplicaRef(node="n1", runtime="docker", name="gpucloud-w8-r0-a1", workload_id=8, attempt=1, replica=0)
+REF = ReplicaRef(
+    node="n1",
+    runtime="docker",
+    name=policy.container_name(TEST_INSTALLATION, 7, 0, 1),
+    workload_id=7,
+    attempt=1,
+    replica=0,
+)
+OTHER = ReplicaRef(
+    node="n1",
+    runtime="docker",
+    name=policy.container_name(TEST_INSTALLATION, 8, 0, 1),
+    workload_id=8,
+    attempt=1,
+    replica=0,
+)
 
 
 def _at(seconds: float, *, done: bool = False) -> PullProgress:
@@ -102,7 +119,7 @@ def test_another_report_of_the_executor_leaves_after_the_pull_reports_waiting_be
     executor.pulls.put(REF, _at(0.0))
     assert wait_until(lambda: not executor.pulls._pending, timeout=5)
     executor.pulls.put(REF, _at(2.0, done=True))
-    started = threading.Thread(target=executor.report, args=("jobs.replica_started",), kwargs=REF.ids())
+    started = threading.Thread(target=executor.report, args=(ReplicaStarted(**REF.ids(), handle={}),))
     started.start()
     broker.gate.set()
     started.join(10)

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from common.protocol.messages import ListReplicas, ReplicaExited, StopReplica
 from inventory.agent import config as config_module
 from inventory.agent import executor as executor_module
 from inventory.agent.remote.agent import SPOOL_FILE, RemoteAgent, RemoteOptions
@@ -70,7 +71,7 @@ def sender(stub: ConsoleStub, spool: Spool) -> Iterator[Sender]:
 
 
 def _task(number: int, padding: int = 0) -> dict[str, Any]:
-    return {"kind": "task", "task": "jobs.replica_exited", "kwargs": {"n": number, "pad": "x" * padding}}
+    return {"kind": "task", "task": ReplicaExited.TASK, "kwargs": {"n": number, "pad": "x" * padding}}
 
 
 def _numbers(stub: ConsoleStub) -> list[int]:
@@ -288,6 +289,18 @@ def test_the_poller_runs_commands_on_the_agents_threads_and_spools_their_results
     assert "unknown task 'agent.unknown'" in caplog.text and "command c1 (agent.explode) failed" in caplog.text
 
 
+def test_a_command_of_a_protocol_version_this_agent_does_not_read_is_not_run(caplog: pytest.LogCaptureFixture) -> None:
+    ran: list[dict[str, Any]] = []
+    runner = CommandRunner({StopReplica.TASK: lambda **kwargs: ran.append(kwargs)}, print, threads=1)
+    kwargs = {"node": "gpu-1", "runtime": "simulated", "name": "r", "workload_id": 1, "attempt": 1, "replica": 0}
+    with caplog.at_level(logging.ERROR):
+        runner.run({"id": "v2", "task": StopReplica.TASK, "version": StopReplica.VERSION + 1, "kwargs": kwargs})
+    assert ran == [] and "this agent reads version" in caplog.text
+    runner.run({"id": "v1", "task": StopReplica.TASK, "version": StopReplica.VERSION, "kwargs": kwargs})
+    runner.run({"id": "v0", "task": StopReplica.TASK, "kwargs": kwargs})  # a console that named no version
+    assert ran == [kwargs, kwargs]
+
+
 def test_the_poller_backs_off_on_a_revoked_credential(stub: ConsoleStub, caplog: pytest.LogCaptureFixture) -> None:
     stub.credential = "rotated"
     client = ConsoleClient(stub.url, credential=SECRET)
@@ -325,7 +338,7 @@ def test_a_remote_agent_heartbeats_streams_samples_and_answers_commands_over_htt
         "health_check": {"image": "busybox", "command": ["true"]},
     }
     stub.commands.put({"id": "p1", "task": "agent.probe_node", "args": [probe], "kwargs": {}})
-    stub.commands.put({"id": "l1", "task": "agent.list_replicas", "args": ["gpu-1", "simulated"], "kwargs": {}})
+    stub.commands.put({"id": "l1", "task": ListReplicas.TASK, "args": ["gpu-1", "simulated"], "kwargs": {}})
     agent.start()
     try:
         assert wait_until(lambda: stub.messages("result") and stub.messages("task"), timeout=20)

@@ -80,7 +80,7 @@ def test_a_host_joins_with_a_token_alone_becomes_ready_and_runs_a_job(
     give_quota(world)
     assign(world.member_a, world.project_a)
     node = register_node(
-        actor=actor(world.operator), name=NODE, pool=world.pool, runtime="process", cpu_cores=64, memory_mb=512_000
+        actor=actor(world.operator), name=NODE, pool=world.pool, runtime="process", cpu_cores=64, memory_mib=512_000
     )
     token = agents.issue_join_token(actor=actor(world.operator), node=node).secret
     started = time.monotonic()
@@ -131,7 +131,7 @@ def _joined_and_ready(world: World, console: str, tmp_path: Path) -> subprocess.
     give_quota(world)
     assign(world.member_a, world.project_a)
     node = register_node(
-        actor=actor(world.operator), name=NODE, pool=world.pool, runtime="process", cpu_cores=64, memory_mb=512_000
+        actor=actor(world.operator), name=NODE, pool=world.pool, runtime="process", cpu_cores=64, memory_mib=512_000
     )
     agent = _agent(console, agents.issue_join_token(actor=actor(world.operator), node=node).secret, tmp_path)
     assert wait_until(lambda: _node_state() == NodeState.READY, timeout=60, interval=0.2), _output(agent)

@@ -21,12 +21,13 @@ pytestmark = pytest.mark.django_db
 
 BASE = "/api/v1/tenants/tenant-a/workloads/"
 JOB = {"project": "alpha", "name": "train", "image": "registry.example.com/team/train:1.0", "pool": "shared"}
+ITEM = {key: value for key, value in JOB.items() if key != "project"}  # a bulk item: the project is the body's
 
 
 def _placeable(world: World) -> World:
     """The ready world, with CPU and memory on n1 so that passes place work there."""
     ready_world(world)
-    Node.objects.filter(name="n1").update(cpu_cores=64, memory_mb=512_000)
+    Node.objects.filter(name="n1").update(cpu_cores=64, memory_mib=512_000)
     return world
 
 
@@ -36,7 +37,7 @@ def test_a_dry_run_accepts_what_a_submission_would_and_writes_nothing(world: Wor
     response = member.post(f"{BASE}validate/", JOB, format="json")
     assert response.status_code == 200, response.content
     assert response.json() == {"valid": True, "count": 1, "budget_notes": []}
-    bulk = member.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": [JOB, JOB]}, format="json")
+    bulk = member.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": [ITEM, ITEM]}, format="json")
     assert bulk.json() == {"valid": True, "count": 2, "budget_notes": []}
     _nothing_written()
     assert member.post(BASE, JOB, format="json").status_code == 201  # and the submission itself goes through
@@ -52,12 +53,13 @@ def test_a_dry_run_says_how_much_of_each_budget_the_work_may_use(world: World) -
     budget(world.tenant_a, None, unit="money", amount="500")
     member = client_for(world.member_a)
     job = {**JOB, "gpus_per_replica": 2, "max_runtime_seconds": 7200}
+    item = {key: value for key, value in job.items() if key != "project"}
     notes = member.post(f"{BASE}validate/", job, format="json").json()["budget_notes"]
     assert notes[0].startswith(
         "This job may use up to 4.0 of your remaining 40.0 GPU-hours (project alpha's budget from"
     )
     assert notes[1] == "500.0 USD of the tenant tenant-a's budget this month remain."
-    bulk = member.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": [job, {**job, "replicas": 2}]},
+    bulk = member.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": [item, {**item, "replicas": 2}]},
                        format="json").json()  # fmt: skip
     assert bulk["budget_notes"][0].startswith("These 2 workloads may use up to 12.0 of your remaining 40.0")
     endless = member.post(f"{BASE}validate/", {**JOB, "kind": "notebook"}, format="json").json()["budget_notes"]
@@ -83,7 +85,7 @@ def test_a_dry_run_names_every_rule_the_database_rules_included(world: World) ->
     assert _api_codes(member.post(f"{BASE}validate/", {**JOB, "gpus_per_replica": 3}, format="json")) == {
         "gpus_per_replica": "above_quota_limit"
     }
-    items = [JOB, {**JOB, "gpus_per_replica": "lots"}, {**JOB, "image": "docker.io/evil:1"}]
+    items = [ITEM, {**ITEM, "gpus_per_replica": "lots"}, {**ITEM, "image": "docker.io/evil:1"}]
     assert _api_codes(member.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": items}, format="json")) == {
         "items[1].gpus_per_replica": "invalid",
         "items[2].image": "image_not_allowed",
@@ -97,7 +99,7 @@ def test_a_dry_run_keeps_the_submission_access_rules(world: World) -> None:
     outsider = client_for(world.admin_b)
     assert outsider.post(f"{BASE}validate/", JOB, format="json").status_code == 404
     assert (
-        outsider.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": [JOB]}, format="json").status_code == 404
+        outsider.post(f"{BASE}bulk/validate/", {"project": "alpha", "items": [ITEM]}, format="json").status_code == 404
     )
 
 
@@ -128,13 +130,14 @@ def _running_notebook(world: World) -> int:
 def test_the_notebook_link_is_offered_to_whoever_the_proxy_lets_through(world: World) -> None:
     workload_id = _running_notebook(world)
     url = f"{BASE}{workload_id}/"
-    assert client_for(world.member_a).get(url).json()["notebook_url"] == f"/notebooks/{workload_id}/lab"
-    assert client_for(world.admin_a).get(url).json()["notebook_url"] == f"/notebooks/{workload_id}/lab"
+    # The console's hand-off, never a path the console would serve the notebook on.
+    assert client_for(world.member_a).get(url).json()["notebook_url"] == f"/notebooks/{workload_id}/open"
+    assert client_for(world.admin_a).get(url).json()["notebook_url"] == f"/notebooks/{workload_id}/open"
     assert client_for(world.viewer_a).get(url).json()["notebook_url"] is None
     assert client_for(world.admin_b).get(url).status_code == 404
     Workload.all_tenants.filter(pk=workload_id).update(lab_path="runs/exp 1.ipynb")
     link = client_for(world.member_a).get(url).json()["notebook_url"]
-    assert link == f"/notebooks/{workload_id}/lab/tree/runs/exp%201.ipynb"
+    assert link == f"/notebooks/{workload_id}/open?next=lab%2Ftree%2Fruns%2Fexp+1.ipynb"
     Workload.all_tenants.filter(pk=workload_id).update(state=WorkloadState.HIBERNATED)
     assert client_for(world.member_a).get(url).json()["notebook_url"] is None
 

@@ -7,7 +7,6 @@ Celery worker (in-process transport, or Redis when REDIS_URL is set).
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,21 +23,25 @@ from jobs import selectors, services
 from jobs.choices import ReasonCode, WorkloadState
 from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
 from jobs.services import reconcile
+from jobs.services.execution import container_name
 from tenants.context import Actor
 from tenants.models import Project
 from tenants.scoping import tenant_scope
 from tests.conftest import World
 from tests.inventory.factories import make_node
 from tests.jobs.factories import assign, give_quota, run_pass_now
+from tests.process_user import workload_python
 from tests.workers import running_worker, wait_until
 
 NODE = "exec-local"
 
 
 @pytest.fixture
-def agent(tmp_path: Path) -> Iterator[AgentConfig]:
+def agent(workload_tmp: Path) -> Iterator[AgentConfig]:
     """The agent of node `exec-local` in this process (process runtime), with the controller's worker."""
-    config = AgentConfig(node=NODE, work_dir=tmp_path, process_enabled=True, probe="simulated", checkpoint_seconds=0.2)
+    config = AgentConfig(
+        node=NODE, work_dir=workload_tmp, process_enabled=True, probe="simulated", checkpoint_seconds=0.2
+    )
     activate(config)
     executor_module._executor = executor_module.Executor(config)
     with running_worker(["control", "ingest", agent_queue_for(NODE)], concurrency=4):
@@ -50,7 +53,7 @@ def _world(world: World, gpus: int = 4, **quota: Any) -> Node:
     give_quota(world, **quota)
     assign(world.member_a, world.project_a)
     node = make_node(
-        Actor(user=world.operator), world.pool, name=NODE, runtime="process", cpu_cores=64, memory_mb=512_000
+        Actor(user=world.operator), world.pool, name=NODE, runtime="process", cpu_cores=64, memory_mib=512_000
     )
     for index in range(gpus):
         Gpu.objects.create(node=node, index=index, uuid=f"GPU-{NODE}-{index}", model="NVIDIA H100 80GB HBM3")
@@ -62,7 +65,7 @@ def _submit(world: World, script: str, **fields: Any) -> Workload:
         "name": "job",
         "image": "registry.example.com/python:3",
         "pool": world.pool,
-        "command": [sys.executable, "-c", textwrap.dedent(script)],
+        "command": [*workload_python(), "-c", textwrap.dedent(script)],
         **fields,
     }
     return services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=data)
@@ -101,7 +104,7 @@ def test_a_job_runs_and_its_exit_code_decides_its_state(world: World, agent: Age
     for workload in (ok, bad):
         assert _active_allocations(workload) == 0, "the GPUs are released once the replica exited"
         replica = Replica.all_tenants.get(workload=workload)
-        assert replica.state == ReplicaState.EXITED and replica.name == f"gpucloud-w{workload.pk}-r0-a1"
+        assert replica.state == ReplicaState.EXITED and replica.name == container_name(workload.pk, 0, 1)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -156,6 +159,8 @@ def test_cancel_stops_a_running_job_with_sigterm_and_frees_its_gpus_after_it_exi
     run_pass_now()
     job = _reached(job, WorkloadState.RUNNING)
     assert _active_allocations(job) == 1
+    # Its handler is in place once it says so (its interpreter may start slower than the report of its start).
+    assert wait_until(lambda: "ready" in [line["text"] for line in selectors.iter_log_lines(job)])
     cancelled = services.cancel_workload(actor=Actor(user=world.member_a), workload=job)
     assert cancelled.state == WorkloadState.CANCELLED and cancelled.reason_code == ReasonCode.STOPPED_BY_USER
     assert wait_until(lambda: _active_allocations(job) == 0), "GPUs are freed once the node confirms the stop"
@@ -280,7 +285,7 @@ def test_reclaim_stops_the_borrower_politely_requeues_it_and_then_places_the_gua
             "image": "registry.example.com/python:3",
             "pool": world.pool,
             "gpus_per_replica": 4,
-            "command": [sys.executable, "-c", "print('mine now')"],
+            "command": [*workload_python(), "-c", "print('mine now')"],
         },
     )
     run_pass_now()
@@ -302,7 +307,7 @@ def test_reclaim_stops_the_borrower_politely_requeues_it_and_then_places_the_gua
 def test_a_notebook_runs_only_once_jupyter_answers_with_its_session_secret(
     world: World, agent: AgentConfig, settings: Any
 ) -> None:
-    settings.NOTEBOOK_COMMAND = [sys.executable, "-m", "jupyter_server"]
+    settings.NOTEBOOK_COMMAND = [*workload_python(), "-m", "jupyter_server"]
     _world(world)
     notebook = services.submit_workload(
         actor=Actor(user=world.member_a),
@@ -348,7 +353,7 @@ def test_output_survives_an_agent_that_dies_mid_run_without_a_gap_or_a_duplicate
 
 
 @pytest.mark.django_db(transaction=True)
-def test_reports_that_arrive_late_are_applied_and_a_stale_list_fails_nothing(world: World, tmp_path: Path) -> None:
+def test_reports_that_arrive_late_are_applied_and_a_stale_list_fails_nothing(world: World, workload_tmp: Path) -> None:
     """A starved controller: the agent runs the job while nobody applies its reports, and a node list taken
     before the start is applied minutes later. The job still ends Succeeded with its whole log."""
     from datetime import timedelta
@@ -359,7 +364,9 @@ def test_reports_that_arrive_late_are_applied_and_a_stale_list_fails_nothing(wor
     from gpucloud.celery import app
     from jobs.services.execution import launch_workloads
 
-    config = AgentConfig(node=NODE, work_dir=tmp_path, process_enabled=True, probe="simulated", checkpoint_seconds=0.2)
+    config = AgentConfig(
+        node=NODE, work_dir=workload_tmp, process_enabled=True, probe="simulated", checkpoint_seconds=0.2
+    )
     activate(config)
     executor_module._executor = executor_module.Executor(config)
     _world(world)
@@ -368,7 +375,7 @@ def test_reports_that_arrive_late_are_applied_and_a_stale_list_fails_nothing(wor
         with running_worker([agent_queue_for(NODE)], concurrency=4):  # the agent alone; the controller is stalled
             run_pass_now()
             assert launch_workloads(workload_ids=[job.pk]) == 1
-            work = tmp_path / f"gpucloud-w{job.pk}-r0-a1"
+            work = workload_tmp / container_name(job.pk, 0, 1)
             assert wait_until(lambda: any(work.glob("exit*")) or (work / "state.json").exists(), timeout=20)
             # Started (no longer starting), watched to its end and forgotten: its exit report was sent.
             agent = executor_module.executor()

@@ -16,12 +16,14 @@ import pytest
 from inventory.agent import executor as executor_module
 from inventory.agent.config import AgentConfig, activate
 from inventory.drivers.base import WorkloadSpec
-from inventory.drivers.docker_runtime import DockerRuntime
+from inventory.drivers.docker import DockerRuntime
 from inventory.models import Gpu, Node, NodeEvent, agent_queue_for
+from inventory.services.installation import installation_id
 from jobs import selectors, services
 from jobs.choices import ReasonCode, WorkloadState
 from jobs.models import Allocation, Replica, Workload, WorkloadEvent
 from jobs.services import reconcile
+from jobs.services.execution import container_name
 from tenants.context import Actor
 from tenants.scoping import tenant_scope
 from tests.conftest import World
@@ -52,7 +54,9 @@ def docker_agent(tmp_path: Path, test_image: str) -> Iterator[AgentConfig]:
 def _world(world: World) -> Node:
     give_quota(world)
     assign(world.member_a, world.project_a)
-    node = make_node(Actor(user=world.operator), world.pool, name=NODE, runtime="docker", cpu_cores=8, memory_mb=16_000)
+    node = make_node(
+        Actor(user=world.operator), world.pool, name=NODE, runtime="docker", cpu_cores=8, memory_mib=16_000
+    )
     Gpu.objects.create(node=node, index=0, uuid=f"GPU-{NODE}-0", model="NVIDIA H100 80GB HBM3")
     return node
 
@@ -136,12 +140,14 @@ def test_reconcile_stops_an_orphan_container_and_releases_a_dangling_allocation(
     _world(world)
     runtime = DockerRuntime(pull_images=False)
     orphan = WorkloadSpec(
-        name="gpucloud-w999999-r0-a1",
+        name=container_name(999999, 0, 1),
         workload_id="999999",
         tenant="tenant-a",
         attempt=1,
         image=test_image,
         command=["sh", "-c", "while true; do sleep 1; done"],
+        installation=installation_id(),
+        node=NODE,
     )
     runtime.start(orphan)
     job = _submit(world, test_image, "echo done")
@@ -178,12 +184,12 @@ def test_a_container_serving_http_is_reached_through_the_console_proxy_by_its_ow
     run_pass_now()
     served = _reached(served, WorkloadState.RUNNING)
     path = f"/notebooks/{served.pk}/index.html"
-    with browser(console, world.member_a) as owner:
+    with browser(console, world.member_a, served.pk) as owner:
         answer = owner.get(path)
         assert answer.status_code == 200 and answer.text == "served from the container\n"
-    with browser(console, world.admin_b) as outsider:
+    with browser(console, world.admin_b, served.pk) as outsider:
         assert outsider.get(path).status_code == 404
-    with browser(console, None) as anonymous:
+    with browser(console, None, served.pk) as anonymous:
         assert anonymous.get(path).status_code == 404
 
 

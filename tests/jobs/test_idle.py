@@ -19,12 +19,14 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from common.protocol.messages import StopReplica
 from inventory.models import Gpu, GpuMinute
 from jobs import dispatch
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
 from jobs.jupyter import JupyterActivity, JupyterClient, JupyterUnavailable
 from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEvent
 from jobs.services import check_idle_notebooks
+from jobs.services.execution import container_name
 from jobs.services.idle import idle_timeout_seconds
 from tenants.models import Membership, Tenant
 from tests.conftest import PASSWORD, World, client_for
@@ -83,7 +85,7 @@ def _notebook(world: World, *, started: datetime = T0, owner: User | None = None
         attempt=1,
         index=0,
         node=node,
-        name=f"gpucloud-w{workload.pk}-r0-a1",
+        name=container_name(workload.pk, 0, 1),
         state=ReplicaState.RUNNING,
         endpoint="http://10.0.0.5:31000",
     )
@@ -222,7 +224,7 @@ def test_warned_at_timeout_minus_warning_then_stopped_at_timeout(
         "activity. Its GPU is free; Resume brings it back with its files."
     )
     assert [(name, kwargs["name"]) for name, _, kwargs in sent] == [
-        (dispatch.STOP_REPLICA, f"gpucloud-w{notebook.pk}-r0-a1")
+        (StopReplica.TASK, container_name(notebook.pk, 0, 1))
     ]
     assert _check(T0 + 61 * MINUTE) == {"checked": 0}
 

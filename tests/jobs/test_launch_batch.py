@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from common.protocol.messages import ReplicaSpec
 from inventory.models import Node
 from jobs import services
 from jobs.choices import WorkloadState
@@ -32,7 +33,7 @@ def _placed(world: World, count: int) -> list[int]:
     give_quota(world, limit=count)
     for index in range((count + 7) // 8):
         add_node(world, f"batch-{index}")
-    Node.objects.update(cpu_cores=64, memory_mb=512_000)
+    Node.objects.update(cpu_cores=64, memory_mib=512_000)
     assign(world.member_a, world.project_a)
     actor = Actor(user=world.member_a)
     ids = [
@@ -70,7 +71,7 @@ def test_a_workload_that_cannot_be_launched_holds_back_none_of_its_batch(
     broken = ids[2]
     real_spec = execution.replica_spec
 
-    def spec(workload: Workload, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def spec(workload: Workload, *args: Any, **kwargs: Any) -> ReplicaSpec:
         if workload.pk == broken:
             raise ValueError("a storage plan that cannot be made")
         return real_spec(workload, *args, **kwargs)

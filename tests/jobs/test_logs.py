@@ -11,12 +11,15 @@ import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
+from common.protocol.messages import LogBatches
+from common.task_names import INGEST_LOGS
 from gpucloud.celery import app
 from inventory.models import Node
 from jobs import selectors
 from jobs.choices import WorkloadState
 from jobs.models import LogChunk, Replica, Workload
 from jobs.services import ingest_log_batch, purge_expired_logs
+from jobs.services.execution import container_name
 from jobs.services.logs import MAX_LINE_CHARS, TRUNCATION_MARKER, LogBatchError, ingest_log_batches
 from tenants.models import Tenant
 from tenants.scoping import tenant_scope
@@ -50,7 +53,7 @@ def _running(world: World, *, replicas: int = 2, project: Any = None, owner: Any
             attempt=1,
             index=index,
             node=node,
-            name=f"gpucloud-w{workload.pk}-r{index}-a1",
+            name=container_name(workload.pk, index, 1),
         )
     return workload
 
@@ -203,6 +206,59 @@ def test_concurrent_ingests_never_reuse_a_number_nor_store_a_batch_twice(world: 
         assert texts == [f"r{replica} {i}" for i in range(batches * per_batch)], "each replica's lines, in order, once"
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_that_loses_a_deadlock_to_a_cancel_is_stored_all_the_same(world: World) -> None:
+    """The chain locks the replica, then the workload; a cancel locks them the other way round. Postgres aborts
+    the batch (it waited first); the batch is stored on its next try, once, in order."""
+    workload = _running(world, replicas=1)
+    replica = Replica.all_tenants.get(workload=workload, index=0)
+    stored: list[int] = []
+    errors: list[BaseException] = []
+    cancel = connections.create_connection("default")
+    try:
+        with cancel.cursor() as cursor:
+            cursor.execute("BEGIN")
+            lock = f"SELECT 1 FROM {Workload._meta.db_table} WHERE id = %s FOR UPDATE"  # noqa: S608 -- model metadata
+            cursor.execute(lock, [workload.pk])
+
+            def ship() -> None:
+                try:
+                    stored.append(_ingest(workload, cursor="c1", lines=_lines(3)))
+                except BaseException as error:  # reported below
+                    errors.append(error)
+                finally:
+                    connections.close_all()
+
+            batch = threading.Thread(target=ship)
+            batch.start()
+            # Once the batch holds the replica and waits for the workload, the "cancel" asks for the replica.
+            assert wait_until(lambda: _sessions_waiting_on_a_lock() > 0, timeout=30)
+            column = cancel.ops.quote_name(Replica._meta.get_field("index").column)
+            touch = f"UPDATE {Replica._meta.db_table} SET {column} = {column} WHERE id = %s"  # noqa: S608 -- metadata
+            cursor.execute(touch, [replica.pk])
+            cursor.execute("COMMIT")
+        batch.join(timeout=60)
+    finally:
+        cancel.close()
+    assert not errors, errors
+    assert stored == [3]
+    assert [line[3] for line in _stored(workload)] == ["line 0", "line 1", "line 2"]
+
+
+def _sessions_waiting_on_a_lock() -> int:
+    """Return how many other sessions of this database wait for a lock (read on a connection of its own)."""
+    probe = connections.create_connection("default")
+    try:
+        with probe.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            return int(cursor.fetchone()[0])
+    finally:
+        probe.close()
+
+
 # --- reads through the API ------------------------------------------------------------------
 
 
@@ -343,8 +399,8 @@ def test_a_batch_that_arrives_before_its_predecessor_waits_for_it_through_the_wo
     second = {"since": "c1", "cursor": "c2", "lines": _lines(3, start=2)}
     ids = {"workload_id": workload.pk, "attempt": 1, "replica": 0}
     with running_worker(["control", "ingest"], concurrency=2):
-        app.send_task("jobs.ingest_logs", kwargs={**ids, **second}, queue="ingest")
-        app.send_task("jobs.ingest_logs", kwargs={**ids, **first}, queue="ingest")
+        app.send_task(INGEST_LOGS, kwargs={**ids, **second}, queue="ingest")
+        app.send_task(INGEST_LOGS, kwargs={**ids, **first}, queue="ingest")
         assert wait_until(lambda: _cursor(workload) == "c2", timeout=10)
     assert [line[0] for line in _stored(workload)] == [1, 2, 3, 4, 5]
     assert [line[3] for line in _stored(workload)] == [f"line {i}" for i in range(5)]
@@ -363,10 +419,10 @@ def test_a_nodes_message_of_batches_stores_each_replica_in_order_and_retries_the
     ]
     late = {**ids, "replica": 0, "since": "", "cursor": "a1", "lines": _lines(2, "r0")}
     with running_worker(["control", "ingest"], concurrency=2):
-        app.send_task("jobs.ingest_log_batches", kwargs={"batches": message}, queue="ingest")
+        app.send_task(LogBatches.TASK, kwargs={"batches": message}, queue="ingest")
         assert wait_until(lambda: _cursor(workload, replica=1) == "b2", timeout=10)
         assert _cursor(workload, replica=0) == "", "replica 0 waits for its first batch"
-        app.send_task("jobs.ingest_log_batches", kwargs={"batches": [late]}, queue="ingest")
+        app.send_task(LogBatches.TASK, kwargs={"batches": [late]}, queue="ingest")
         assert wait_until(lambda: _cursor(workload, replica=0) == "a2", timeout=10)
     stored = _stored(workload)
     assert [line[0] for line in stored] == list(range(1, 9)), "numbered once each, no gap"

@@ -18,7 +18,6 @@ from jobs.choices import (
     WORKLOAD_TRANSITIONS,
     ReasonCode,
     WorkloadState,
-    can_transition,
 )
 from jobs.models import Allocation, Workload
 from jobs.scheduler.core import Reason
@@ -104,8 +103,8 @@ def test_priority_follows_the_class(world: World) -> None:
 
 def test_the_transition_table() -> None:
     assert WORKLOAD_TRANSITIONS[WorkloadState.PENDING] == {WorkloadState.SCHEDULED, WorkloadState.CANCELLED}
-    assert can_transition("preempted", "pending")
-    assert not can_transition("pending", "running")
+    assert WORKLOAD_TRANSITIONS.allows("preempted", "pending")
+    assert not WORKLOAD_TRANSITIONS.allows("pending", "running")
     assert all(WORKLOAD_TRANSITIONS[state] == {WorkloadState.PENDING} for state in TERMINAL_STATES)
     assert set(ACTIVE_STATES) == {WorkloadState.SCHEDULED, WorkloadState.STARTING, WorkloadState.RUNNING}
     assert set(WORKLOAD_TRANSITIONS) == set(WorkloadState)

@@ -101,7 +101,7 @@ def test_files_and_user_installed_packages_survive_hibernate_and_resume_in_a_new
     home = home_volume(tenant=world.tenant_a, user=world.member_a)
     wheel = _wheel(Path(host_path(home.backend, home, console=True)))
 
-    with browser(console, world.member_a) as client, _kernel(console, client, notebook.pk) as channels:
+    with browser(console, world.member_a, notebook.pk) as client, _kernel(console, client, notebook.pk) as channels:
         assert execute(channels, "import os; os.getuid() >= 100000, os.path.expanduser('~') == os.getcwd()") == (
             "(True, True)"
         ), "the kernel runs as the owner's mapped uid, in their home"
@@ -128,7 +128,7 @@ def test_files_and_user_installed_packages_survive_hibernate_and_resume_in_a_new
     assert resumed.attempt == first.attempt + 1
     assert _container(resumed) != first_container, "a new container: nothing of the old one's layer is left"
 
-    with browser(console, world.member_a) as client, _kernel(console, client, notebook.pk) as channels:
+    with browser(console, world.member_a, notebook.pk) as client, _kernel(console, client, notebook.pk) as channels:
         assert execute(channels, "open('notes.txt').read()") == "'kept across hibernation'"
         assert execute(channels, f"import {PACKAGE}; {PACKAGE}.VALUE") == "'installed before the hibernation'"
     with browser(console, another_member(world)) as stranger:

@@ -8,7 +8,6 @@ worker was taking when it was killed.
 
 from __future__ import annotations
 
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,16 +15,20 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from common.protocol.messages import LogBatches, ReplicaExited, ReplicaSpec, ReplicaStarted, StopReplica, WatchReplica
 from inventory.agent.config import AgentConfig
 from inventory.agent.executor import Executor
 from inventory.models import Node
+from inventory.services.installation import installation_id
 from jobs import dispatch, tasks
 from jobs.choices import WorkloadState
 from jobs.models import LogChunk, Replica, Workload
 from jobs.services import reconcile
+from jobs.services.execution import container_name
 from jobs.services.logs import aligned, ingest_log_batches
 from tests.conftest import World
 from tests.jobs.factories import add_node
+from tests.process_user import workload_python
 from tests.workers import wait_until
 
 pytestmark = pytest.mark.django_db
@@ -52,26 +55,25 @@ def _workload(world: World) -> tuple[Workload, Replica]:
         attempt=1,
         index=0,
         node=node,
-        name=f"gpucloud-w{workload.pk}-r0-a1",
+        name=container_name(workload.pk, 0, 1),
     )
     return workload, replica
 
 
-def _spec(workload: Workload, replica: Replica) -> dict[str, Any]:
+def _spec(workload: Workload, replica: Replica) -> ReplicaSpec:
     # Lines spread over about a second, so they leave in several batches.
     program = f"import time\nfor i in range({LINES}):\n    print('line', i, flush=True)\n    time.sleep(0.03)\n"
-    return {
-        "node": NODE,
-        "runtime": "process",
-        "name": replica.name,
-        "workload_id": workload.pk,
-        "tenant": "alpha",
-        "attempt": 1,
-        "replica": 0,
-        "image": "local",
-        "command": [sys.executable, "-c", program],
-        "env": {},
-    }
+    return ReplicaSpec(
+        node=NODE,
+        runtime="process",
+        name=replica.name,
+        workload_id=workload.pk,
+        tenant="alpha",
+        attempt=1,
+        replica=0,
+        image="local",
+        command=[*workload_python(), "-c", program],
+    )
 
 
 class LossyTransport:
@@ -84,15 +86,15 @@ class LossyTransport:
         self.exits = 0
 
     def __call__(self, task: str, **kwargs: Any) -> None:
-        if task == "jobs.ingest_log_batches":
+        if task == LogBatches.TASK:
             self.log_messages += 1
             if self.log_messages == self.lose:
                 self.lost.extend(kwargs["batches"])
                 return
             ingest_log_batches(kwargs["batches"], wait_seconds=0)
-        elif task == "jobs.replica_started":
+        elif task == ReplicaStarted.TASK:
             tasks.replica_started(**kwargs)
-        elif task == "jobs.replica_exited":
+        elif task == ReplicaExited.TASK:
             self.exits += 1
             tasks.replica_exited(**kwargs)
 
@@ -130,15 +132,21 @@ def test_a_lost_batch_is_read_again_and_the_ended_replica_kept_until_its_log_is_
     assert len(_stored_texts(workload)) < LINES
 
     # Reconcile while the output is short: the ended replica's process directory is kept, not removed.
-    item = {"name": replica.name, "state": "exited", "handle": row.handle}
+    item = {
+        "name": replica.name,
+        "state": "exited",
+        "handle": row.handle,
+        "installation": installation_id(),
+        "node": NODE,
+    }
     reconcile.reconcile_node(node=NODE, managed=[item])
-    assert not [task for task, _ in to_node if task == dispatch.STOP_REPLICA]
+    assert not [task for task, _ in to_node if task == StopReplica.TASK]
 
     counts = reconcile.reconcile_ledger(now=timezone.now() + reconcile.LOG_RESEND_AFTER + timedelta(seconds=1))
     assert counts["output_resent"] == 1
-    message = next(m for t, m in to_node if t == dispatch.WATCH_REPLICA)
+    message = next(m for t, m in to_node if t == WatchReplica.TASK)
     assert message["resend"] is True and message["log_cursor"] == row.log_cursor
-    agent.watch(message)  # the node receives it
+    agent.watch(WatchReplica.from_wire(message))  # the node receives it
     want = [f"line {i}" for i in range(LINES)]
     assert wait_until(lambda: _stored_texts(workload) == want, timeout=20), _stored_texts(workload)
     row = Replica.all_tenants.get(pk=replica.pk)
@@ -146,11 +154,13 @@ def test_a_lost_batch_is_read_again_and_the_ended_replica_kept_until_its_log_is_
 
     # Complete now: its leftovers go, and nothing is read again.
     reconcile.reconcile_node(node=NODE, managed=[item])
-    assert [task for task, _ in to_node].count(dispatch.STOP_REPLICA) == 1
-    stop = next(m for t, m in to_node if t == dispatch.STOP_REPLICA)
+    assert [task for task, _ in to_node].count(StopReplica.TASK) == 1
+    stop = next(m for t, m in to_node if t == StopReplica.TASK)
     assert stop["ended"] is True and stop["remove"] is True
     exits = transport.exits
-    agent.stop(stop)  # the node receives it: the leftovers go, and no second exit report comes back
+    agent.stop(
+        StopReplica.from_wire(stop)
+    )  # the node receives it: the leftovers go, and no second exit report comes back
     assert replica.name not in [m["name"] for m in agent.inventory(node=NODE, runtime="process")]
     assert transport.exits == exits
     later = reconcile.reconcile_ledger(now=timezone.now() + reconcile.LOG_RESEND_SECONDS * timedelta(seconds=1))
@@ -172,7 +182,7 @@ def test_a_batch_waiting_a_second_time_asks_the_node_to_read_its_output_again(
     assert to_node == []
     tasks.ingest_log_batches(batches=[{**early, "retries": 1}])
     assert [(task, kwargs["resend"], kwargs["log_cursor"]) for task, kwargs in to_node] == [
-        (dispatch.WATCH_REPLICA, True, "c1")
+        (WatchReplica.TASK, True, "c1")
     ]
     tasks.ingest_log_batches(batches=[{**early, "retries": 2}])
     assert len(to_node) == 1, "asked once per LOG_RESEND_SECONDS, however often the gap is seen"

@@ -13,7 +13,6 @@ import hashlib
 import json
 import secrets
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -22,30 +21,34 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.test import Client
+from django.test import Client, override_settings
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 from websockets.sync.connection import Connection
 from websockets.sync.server import ServerConnection, serve
 
+from common.origins import parse_origin_pattern
 from gpucloud.asgi import application
 from inventory.drivers.base import WorkloadSpec
-from inventory.drivers.process_runtime import ProcessRuntime
+from inventory.drivers.process import ProcessRuntime
 from jobs.choices import WorkloadKind, WorkloadState
 from jobs.models import Replica, Workload
 from jobs.proxy import SecretMask
 from jobs.selectors import notebook_proxy_target
+from jobs.services.execution import container_name
 from tenants.models import Membership, Tenant
 from tests.api.test_contract import LOSS, _dual, _user
 from tests.conftest import World
 from tests.frontend.live import token_for
 from tests.jobs.factories import add_node
+from tests.process_user import reachable_dir, workload_python
 from tests.workers import uvicorn_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,7 +64,7 @@ SECRET = secrets.token_urlsafe(32)
 def jupyter_spec(workload_id: int, secret: str) -> WorkloadSpec:
     """Return the spec of a Jupyter server as a notebook runs it: token and port from the environment."""
     command = [
-        sys.executable,
+        *workload_python(),
         "-m",
         "jupyter_server",
         f"--ServerApp.base_url=/notebooks/{workload_id}/",
@@ -102,9 +105,9 @@ def wait_until_serving(runtime: ProcessRuntime, handle: dict[str, Any], path: st
 
 
 @pytest.fixture(scope="module")
-def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def jupyter() -> Iterator[str]:
     """A Jupyter server for notebook JUPYTER_ID started through the process runtime; yields its endpoint."""
-    runtime = ProcessRuntime(tmp_path_factory.mktemp("jupyter"), enabled=True)
+    runtime = ProcessRuntime(reachable_dir(), enabled=True)
     handle = runtime.start(jupyter_spec(JUPYTER_ID, SECRET))
     try:
         wait_until_serving(runtime, handle, f"/notebooks/{JUPYTER_ID}/api/status", SECRET)
@@ -115,9 +118,18 @@ def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def console() -> Iterator[str]:
-    """The console's ASGI application under uvicorn on a free loopback port; yields its base URL."""
-    with uvicorn_server(application) as url:
+    """The console's ASGI application under uvicorn on a free loopback port; yields the console's base URL.
+
+    The same server is the notebook origin under another host name (`notebook_origin`): the proxy tells
+    them apart by the Host header, as it does behind a reverse proxy.
+    """
+    with uvicorn_server(application) as url, override_settings(NOTEBOOK_ORIGIN=parse_origin_pattern(notebooks_of(url))):
         yield url
+
+
+def notebooks_of(console: str) -> str:
+    """Return the notebook origin of the test console at `console`: the same port, another host name."""
+    return console.replace("127.0.0.1", "localhost")
 
 
 @dataclass
@@ -235,27 +247,50 @@ def notebook(world: World, workload_id: int, endpoint: str, *, owner: User | Non
         attempt=workload.attempt,
         index=0,
         node=add_node(world, f"node-{workload_id}", gpus=0),
-        name=f"gpucloud-w{workload_id}-r0-a{workload.attempt}",
+        name=container_name(workload_id, 0, workload.attempt),
         endpoint=endpoint,
         state="running",
     )
     return workload
 
 
-def browser(console: str, user: User | None) -> httpx.Client:
-    """Return an HTTP client carrying `user`'s console session cookie (none for anonymous) and a CSRF cookie."""
+def browser(console: str, user: User | None, *workloads: int) -> httpx.Client:
+    """Return an HTTP client on the notebook origin that entered `workloads` (default: both test notebooks)
+    through the console's hand-off as `user` (none for anonymous), where the console let it.
+
+    It also carries the console's session and CSRF cookies and a foreign one, as a browser on the same host
+    sends them to another port: the proxy must pass on only the foreign one.
+    """
     cookies = {settings.CSRF_COOKIE_NAME: "console-csrf-token", "theme": "dark"}
     if user is not None:
         login = Client()
         login.force_login(user)
         cookies[settings.SESSION_COOKIE_NAME] = login.cookies[settings.SESSION_COOKIE_NAME].value
-    return httpx.Client(base_url=console, cookies=cookies, headers={"Origin": console}, timeout=30)
+    origin = str(settings.NOTEBOOK_ORIGIN.origin_of(1)) if settings.NOTEBOOK_ORIGIN else console
+    entries = []
+    with httpx.Client(base_url=console, cookies=cookies, timeout=30) as on_console:
+        for workload in workloads or (JUPYTER_ID, ECHO_ID):
+            handed = on_console.get(f"/notebooks/{workload}/open")
+            if handed.status_code == 302 and "gpucloud-enter" in handed.headers["location"]:
+                entry = urlsplit(handed.headers["location"])
+                origin = f"{entry.scheme}://{entry.netloc}"
+                entries.append(handed.headers["location"])
+    jar = httpx.Cookies(cookies)
+    with httpx.Client(cookies=jar, timeout=30) as entering:
+        for entry_url in entries:
+            entered = entering.get(entry_url)
+            assert entered.status_code == 303, entered.text
+        jar = entering.cookies
+    return httpx.Client(base_url=origin, cookies=jar, headers={"Origin": origin}, timeout=30)
 
 
 def websocket(console: str, client: httpx.Client, path: str) -> ClientConnection:
-    cookie = "; ".join(f"{name}={value}" for name, value in client.cookies.items())
-    url = console.replace("http", "ws", 1) + path
-    return ws_connect(url, additional_headers={"Cookie": cookie}, origin=console, open_timeout=30)  # type: ignore[arg-type]
+    """Open a WebSocket at `path` on `client`'s origin (the notebook origin) with the cookies a browser sends there."""
+    del console  # the notebook origin is the client's
+    origin = str(client.base_url).rstrip("/")
+    cookie = "; ".join(f"{c.name}={c.value}" for c in client.cookies.jar if path.startswith(c.path or "/"))
+    url = origin.replace("http", "ws", 1) + path
+    return ws_connect(url, additional_headers={"Cookie": cookie}, origin=origin, open_timeout=30)  # type: ignore[arg-type]
 
 
 def refused_handshake(console: str, client: httpx.Client, path: str) -> int:
@@ -511,7 +546,7 @@ def _asgi_apps(app: Any, seen: set[int] | None = None) -> list[Any]:
 # The console's own ASGI apps that answer requests themselves, and the tests that hold them to the contract.
 ASGI_ROUTES = {
     "jobs.proxy.NotebookProxy": "this module: the notebook proxy, HTTP and WebSocket",
-    "jobs.api.ingest.SubmissionIngest": "tests/jobs/test_ingest.py: the same answers as the API's contract",
+    "jobs.api.fast_ingest.SubmissionIngest": "tests/jobs/test_fast_ingest.py: the same answers as the API's contract",
     "frontend.consumers.auth.LiveAuthMiddleware": "tests/frontend/test_live_contract.py: every WebSocket route",
 }
 
@@ -581,14 +616,40 @@ def test_the_upstream_gets_the_token_and_never_the_console_session_or_credential
     assert answer.json()["authorization"] == "token " + "*" * len(SECRET)
 
 
-def test_unsafe_requests_need_an_origin_of_the_console(world: World, echo: Echo, console: str) -> None:
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        "https://evil.example",
+        "console",  # the console's own origin is not the notebook's
+        "http://localhost:1",  # the notebook's host on another port
+        "https://localhost:{port}",  # the notebook's host and port over another scheme
+        "http://localhost",  # the notebook's host on the default port
+        "null",
+    ],
+)
+def test_unsafe_requests_and_websockets_need_the_notebooks_own_origin_scheme_host_and_port(
+    world: World, echo: Echo, console: str, foreign: str
+) -> None:
+    notebook(world, ECHO_ID, echo.websockets_endpoint)
+    port = str(urlsplit(console).port)
+    origin = console if foreign == "console" else foreign.replace("{port}", port)
+    with browser(console, world.member_a) as owner:
+        refused = owner.post(f"/notebooks/{ECHO_ID}/api/kernels", json={}, headers={"Origin": origin})
+        assert (refused.status_code, refused.text) == (403, "Cross-origin request refused.")
+        cookie = "; ".join(f"{c.name}={c.value}" for c in owner.cookies.jar if c.path == f"/notebooks/{ECHO_ID}/")
+        url = str(owner.base_url).replace("http", "ws", 1).rstrip("/") + f"/notebooks/{ECHO_ID}/api/kernels/k/channels"
+        with pytest.raises(InvalidStatus) as handshake:
+            ws_connect(url, additional_headers={"Cookie": cookie}, origin=origin, open_timeout=30).close()  # type: ignore[arg-type]
+        assert handshake.value.response.status_code == 403
+        websocket(console, owner, f"/notebooks/{ECHO_ID}/api/kernels/k/channels").close()  # its own origin passes
+
+
+def test_unsafe_requests_without_an_origin_are_refused(world: World, echo: Echo, console: str) -> None:
     notebook(world, ECHO_ID, echo.endpoint)
     with browser(console, world.member_a) as owner:
-        foreign = owner.post(f"/notebooks/{ECHO_ID}/api/kernels", json={}, headers={"Origin": "https://evil.example"})
         del owner.headers["Origin"]
         without = owner.delete(f"/notebooks/{ECHO_ID}/api/kernels/k")
-        for answer in (foreign, without):
-            assert (answer.status_code, answer.text) == (403, "Cross-origin request refused.")
+        assert (without.status_code, without.text) == (403, "Cross-origin request refused.")
         assert owner.get(f"/notebooks/{ECHO_ID}/api/status").status_code == 200, "safe methods need no Origin"
     assert [r["method"] for r in echo.requests[-1:]] == ["GET"]
 
@@ -655,7 +716,11 @@ def test_the_websocket_leg_closes_once_whichever_side_closes_first(world: World,
     notebook(world, ECHO_ID, echo.websockets_endpoint)
     recorder = Recorder(application)
     path = f"/notebooks/{ECHO_ID}/api/kernels/k/channels"
-    with uvicorn_server(recorder) as console, browser(console, world.member_a) as owner:
+    with (
+        uvicorn_server(recorder) as console,
+        override_settings(NOTEBOOK_ORIGIN=parse_origin_pattern(notebooks_of(console))),
+        browser(console, world.member_a) as owner,
+    ):
         for _ in range(10):
             channel = websocket(console, owner, path)
             channel.send("hello")
@@ -691,10 +756,30 @@ def test_an_unreachable_upstream_is_a_502_and_a_refused_handshake(world: World, 
         assert time.monotonic() - began < 15
 
 
-def test_other_paths_still_reach_the_console(world: World, console: str) -> None:
+def test_the_notebook_origin_serves_nothing_of_the_console_and_the_console_no_notebook(
+    world: World, echo: Echo, console: str
+) -> None:
+    notebook(world, ECHO_ID, echo.endpoint)
+    reached = len(echo.requests)
     with browser(console, world.member_a) as owner:
-        assert owner.get("/notebooks/abc/api/status").status_code == 404
-        assert owner.get("/login/").status_code in (200, 302)
+        for path in (
+            "/login/",
+            "/",
+            "/api/v1/tenants/",
+            "/static/gpucloud.css",
+            "/admin/",
+            "/notebooks/abc/api/status",
+        ):
+            answer = owner.get(path)
+            assert (answer.status_code, answer.text) == (404, "Not found."), path
+        assert refused_handshake(console, owner, "/live/workloads/") == 403
+    # The console only hands over: with its session, a notebook's path is a redirect to the hand-off.
+    session = Client()
+    session.force_login(world.member_a)
+    moved = session.get(f"/notebooks/{ECHO_ID}/api/status")
+    assert (moved.status_code, moved["Location"]) == (302, f"/notebooks/{ECHO_ID}/open?next=api%2Fstatus")
+    assert session.post(f"/notebooks/{ECHO_ID}/api/kernels").status_code == 405
+    assert len(echo.requests) == reached, "nothing on the console reached the notebook"
 
 
 # --- pieces -----------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from django.db import connection
 
 from inventory.agent import executor as executor_module
 from inventory.agent.config import AgentConfig, activate
-from inventory.drivers.docker_runtime import DockerRuntime
+from inventory.drivers.docker import DockerRuntime
 from inventory.models import agent_queue_for
 from jobs.choices import WorkloadState
 from jobs.models import Replica, Workload, WorkloadEvent

@@ -42,7 +42,7 @@ def launched(world: World) -> Workload:
     """A notebook of member_a placed on Docker node d1 and launched there (its replica is launching)."""
     give_quota(world)
     operator = Actor(user=world.operator)
-    make_node(operator, world.pool, name="d1", gpus=1, runtime="docker", cpu_cores=8, memory_mb=64_000)
+    make_node(operator, world.pool, name="d1", gpus=1, runtime="docker", cpu_cores=8, memory_mib=64_000)
     assign(world.member_a, world.project_a)
     data = request(world, name="nb", kind=WorkloadKind.NOTEBOOK, image=IMAGE)
     notebook = services.submit_workload(actor=Actor(user=world.member_a), project=world.project_a, data=data)

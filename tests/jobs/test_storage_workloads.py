@@ -30,7 +30,7 @@ from jobs.models import Allocation, Replica, ReplicaState, Workload, WorkloadEve
 from jobs.scheduler.shell import run_pass
 from jobs.services import hibernate_notebook, resume_notebook, submit_workload
 from jobs.services.checkpoints import record_checkpoint
-from jobs.services.execution import _placements, replica_spec, workload_storage
+from jobs.services.execution import _placements, container_name, replica_spec, workload_storage
 from jobs.services.stopping import settle_workload
 from tenants.context import Actor
 from tenants.models import Project
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _node(world: World, name: str = "n1", *, gpus: int = 2, **kwargs: Any) -> Any:
-    node = make_node(Actor(user=world.operator), world.pool, name=name, cpu_cores=64, memory_mb=512_000, **kwargs)
+    node = make_node(Actor(user=world.operator), world.pool, name=name, cpu_cores=64, memory_mib=512_000, **kwargs)
     Gpu.objects.bulk_create(Gpu(node=node, index=i, uuid=f"GPU-{name}-{i}", model="H100") for i in range(gpus))
     return node
 
@@ -84,7 +84,7 @@ def test_a_replica_mounts_its_owners_home_its_projects_volumes_and_shared_datase
     share_volume(actor=admin, volume=Volume.all_tenants.get(name="imagenet"), project=world.project_a, read_only=True)
     share_volume(actor=admin, volume=scratch, project=world.project_a, read_only=False)
     workload = _placed(world)
-    spec = replica_spec(workload, 0, _placements(workload.pk))
+    spec = replica_spec(workload, 0, _placements(workload.pk)).to_wire()
     targets = {m["target"]: m for m in spec["mounts"]}
     assert spec["mounts"][0]["target"] == "/home/member_a" == spec["workdir"] == spec["env"]["HOME"]
     assert set(targets) == {"/home/member_a", "/projects/alpha", "/datasets/imagenet", "/projects/scratch"}
@@ -112,7 +112,7 @@ def test_the_checkpoint_directory_and_home_are_the_same_for_every_attempt(world:
     workload.refresh_from_db()
     second = workload_storage(workload)
     assert first == second
-    assert replica_spec(workload, 0, _placements(workload.pk))["stop_signal"] == "SIGUSR1"
+    assert replica_spec(workload, 0, _placements(workload.pk)).stop_signal == "SIGUSR1"
     assert Volume.all_tenants.filter(kind=VolumeKind.HOME).count() == 1, "the home is made once"
 
 
@@ -290,7 +290,7 @@ def test_a_reported_checkpoint_is_recorded_once_and_only_a_newer_one_moves_it(wo
     job = _running(_placed(world))
     replica = Replica.all_tenants.create(
         tenant=world.tenant_a, workload=job, attempt=job.attempt, index=0, node=Node.objects.get(name="n1"),
-        name=f"gpucloud-w{job.pk}-r0-a1", state=ReplicaState.RUNNING,
+        name=container_name(job.pk, 0, 1), state=ReplicaState.RUNNING,
     )  # fmt: skip
     written = time.time() - 30
 
@@ -318,7 +318,7 @@ def test_the_nodes_learn_where_a_jobs_checkpoints_are_and_a_notebook_has_none(wo
     job = _placed(world, replicas=2)
     storage = workload_storage(job)
     placements = _placements(job.pk)
-    first, second = (replica_spec(job, index, placements, storage) for index in (0, 1))
+    first, second = (replica_spec(job, index, placements, storage).to_wire() for index in (0, 1))
     home, project = storage.mounts[0], storage.mounts[1]
     assert first["checkpoint_dir"] == f"{project['source']}/.checkpoints/{job.pk}"
     assert project["subdirs"] == [f".checkpoints/{job.pk}"] and home["subdirs"] == []

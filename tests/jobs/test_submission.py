@@ -13,6 +13,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from common.errors import Conflict
+from common.task_names import SCHEDULE_PASS
 from inventory.models import NodePool
 from jobs import services
 from jobs.choices import WorkloadState
@@ -324,15 +325,15 @@ def test_submission_asks_for_a_scheduling_pass_after_commit(
 
     sent: list[str] = []
     monkeypatch.setattr(control.app, "send_task", lambda name, **kwargs: sent.append(name))
-    control._release("jobs.schedule_pass")
+    control._release(SCHEDULE_PASS)
     ready_world(world)
     with django_capture_on_commit_callbacks(execute=True):
         _submit(world)
         _submit(world)
     # Coalesced: two submissions, one pass waiting (it has not started, so the second merged into it).
-    assert sent == ["jobs.schedule_pass"]
-    assert control.queued("jobs.schedule_pass")
-    control._release("jobs.schedule_pass")
+    assert sent == [SCHEDULE_PASS]
+    assert control.queued(SCHEDULE_PASS)
+    control._release(SCHEDULE_PASS)
 
 
 # --- concurrency (Postgres) -----------------------------------------------------------------

@@ -1,22 +1,38 @@
-"""The proxy's upstream client against scripted HTTP servers on loopback: framing, reuse, failures, back-pressure."""
+"""The proxy's upstream client against scripted HTTP servers on loopback: framing, reuse, failures, back-pressure.
+
+Every test runs with the fast path `proxy_client` on (`jobs.fast_upstream`, the lean h11 client) and off
+(`jobs.upstream_httpx`, httpx): both clients keep the same contract.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
-from jobs.upstream import UpstreamError, UpstreamPool, UpstreamResponse, UpstreamTimeout
+from common import fastpaths
+from jobs.fast_upstream import UpstreamPool
+from jobs.proxy import upstream_pool
+from jobs.upstream import Upstream, UpstreamAnswer, UpstreamError, UpstreamTimeout
+from jobs.upstream_httpx import HttpxUpstreamPool
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["lean", "httpx"])
+def proxy_client(request: pytest.FixtureRequest, settings: Any) -> bool:
+    """The fast path's switch (common.fastpaths), on then off, for every test here."""
+    settings.FAST_PATHS = {**settings.FAST_PATHS, fastpaths.PROXY_CLIENT: request.param}
+    return bool(request.param)
 
 
 async def _head(reader: asyncio.StreamReader) -> bytes:
     return await reader.readuntil(b"\r\n\r\n")
 
 
-async def _serve(handler: Handler, body: Callable[[UpstreamPool, str], Awaitable[None]]) -> list[int]:
+async def _serve(handler: Handler, body: Callable[[Upstream, str], Awaitable[None]]) -> list[int]:
     """Run `handler` as a server, call `body(pool, base_url)`; return how many connections the server accepted."""
     accepted: list[int] = []
 
@@ -31,7 +47,7 @@ async def _serve(handler: Handler, body: Callable[[UpstreamPool, str], Awaitable
 
     server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    pool = UpstreamPool(connect_timeout=2, io_timeout=1)
+    pool = upstream_pool(connect_timeout=2, io_timeout=1)
     try:
         await body(pool, f"http://127.0.0.1:{port}")
     finally:
@@ -40,7 +56,7 @@ async def _serve(handler: Handler, body: Callable[[UpstreamPool, str], Awaitable
     return accepted
 
 
-async def _read_all(response: UpstreamResponse) -> bytes:
+async def _read_all(response: UpstreamAnswer) -> bytes:
     try:
         return b"".join([chunk async for chunk in response.body()])
     finally:
@@ -60,7 +76,7 @@ def test_a_body_of_declared_length_arrives_whole_and_the_connection_is_reused() 
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload)
             await writer.drain()
 
-    async def body(pool: UpstreamPool, base: str) -> None:
+    async def body(pool: Upstream, base: str) -> None:
         for _ in range(2):
             response = await pool.request("GET", f"{base}/files/big", [], None)
             assert response.status == 200
@@ -76,7 +92,7 @@ def test_a_chunked_body_goes_through_the_parser_and_the_connection_is_reused() -
             writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
             await writer.drain()
 
-    async def body(pool: UpstreamPool, base: str) -> None:
+    async def body(pool: Upstream, base: str) -> None:
         for _ in range(2):
             assert await _read_all(await pool.request("GET", f"{base}/x", [], None)) == b"hello world"
 
@@ -91,7 +107,7 @@ def test_head_and_no_content_answers_have_no_body() -> None:
         writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
         await writer.drain()
 
-    async def body(pool: UpstreamPool, base: str) -> None:
+    async def body(pool: Upstream, base: str) -> None:
         assert await _read_all(await pool.request("HEAD", f"{base}/x", [], None)) == b""
         assert await _read_all(await pool.request("DELETE", f"{base}/x", [], None)) == b""
 
@@ -112,7 +128,7 @@ def test_a_request_body_streams_up_with_chunked_framing_when_its_length_is_unkno
         yield b"abc"
         yield b"defg"
 
-    async def body(pool: UpstreamPool, base: str) -> None:
+    async def body(pool: Upstream, base: str) -> None:
         response = await pool.request("PUT", f"{base}/x", [("content-type", "text/plain")], upload())
         assert response.status == 201
         assert await _read_all(response) == b"ok"
@@ -128,7 +144,7 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_for_a_bodiless_re
         await writer.drain()
         # then the server drops the idle connection without a word
 
-    async def body(pool: UpstreamPool, base: str) -> None:
+    async def body(pool: Upstream, base: str) -> None:
         assert await _read_all(await pool.request("GET", f"{base}/a", [], None)) == b"hi"
         await asyncio.sleep(0.1)
         assert await _read_all(await pool.request("GET", f"{base}/b", [], None)) == b"hi"
@@ -143,7 +159,7 @@ def test_a_body_cut_short_is_an_error_and_the_connection_is_not_reused() -> None
         await writer.drain()
         writer.close()
 
-    async def body(pool: UpstreamPool, base: str) -> None:
+    async def body(pool: Upstream, base: str) -> None:
         response = await pool.request("GET", f"{base}/x", [], None)
         with pytest.raises(UpstreamError):
             await _read_all(response)
@@ -156,14 +172,14 @@ def test_a_silent_upstream_times_out_and_an_absent_one_is_unreachable() -> None:
         await _head(reader)
         await asyncio.sleep(5)
 
-    async def body(pool: UpstreamPool, base: str) -> None:
+    async def body(pool: Upstream, base: str) -> None:
         with pytest.raises(UpstreamTimeout):
             await pool.request("GET", f"{base}/x", [], None)
 
     _run(_serve(handler, body))
 
     async def nowhere() -> list[int]:
-        pool = UpstreamPool(connect_timeout=2, io_timeout=1)
+        pool = upstream_pool(connect_timeout=2, io_timeout=1)
         with pytest.raises(UpstreamError):
             await pool.request("GET", "http://127.0.0.1:9/x", [], None)
         return []
@@ -177,7 +193,7 @@ def test_garbage_from_the_upstream_is_an_error() -> None:
         writer.write(b"SSH-2.0-OpenSSH\r\n\r\n")
         await writer.drain()
 
-    async def body(pool: UpstreamPool, base: str) -> None:
+    async def body(pool: Upstream, base: str) -> None:
         with pytest.raises(UpstreamError):
             await pool.request("GET", f"{base}/x", [], None)
 
@@ -197,7 +213,7 @@ def test_a_slow_reader_holds_back_the_upstream() -> None:
             await writer.drain()
             sent.append(len(block))
 
-    async def body(pool: UpstreamPool, base: str) -> None:
+    async def body(pool: Upstream, base: str) -> None:
         response = await pool.request("GET", f"{base}/x", [], None)
         chunks = response.body()
         await chunks.__anext__()
@@ -207,3 +223,8 @@ def test_a_slow_reader_holds_back_the_upstream() -> None:
         await response.aclose()
 
     _run(_serve(handler, body))
+
+
+def test_the_switch_picks_the_client(proxy_client: bool) -> None:
+    pool = upstream_pool(connect_timeout=2, io_timeout=1)
+    assert isinstance(pool, UpstreamPool if proxy_client else HttpxUpstreamPool)

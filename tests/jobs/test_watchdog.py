@@ -17,14 +17,16 @@ from django.utils import timezone
 
 from common import control
 from inventory.choices import NodeState, RuntimeKind
-from inventory.drivers.simulated_workloads import SimulatedWorkload
+from inventory.drivers import policy
+from inventory.drivers.simulated import SimulatedWorkload
 from inventory.models import Node, NodeEvent
+from inventory.services.installation import installation_id
 from jobs import dispatch, services
 from jobs.choices import ReasonCode, WorkloadKind, WorkloadState
 from jobs.models import Allocation, AllowedImage, Replica, ReplicaState, Workload, WorkloadEvent
 from jobs.scheduler.shell import run_pass
 from jobs.services import execution, reconcile, replicas, watchdog
-from jobs.services.execution import launch_workload
+from jobs.services.execution import container_name, launch_workload
 from tenants.context import Actor
 from tenants.models import ProjectQuota
 from tests.conftest import World
@@ -57,7 +59,7 @@ def _running(world: World, **fields: Any) -> Workload:
 
 def _ready(world: World) -> None:
     ready_world(world)
-    Node.objects.filter(name="n1").update(cpu_cores=64, memory_mb=512_000)
+    Node.objects.filter(name="n1").update(cpu_cores=64, memory_mib=512_000)
 
 
 def _lose_node() -> None:
@@ -211,13 +213,33 @@ def test_reconcile_stops_orphans_and_records_replicas_the_node_says_are_gone(wor
     job = _running(world)
     _with_agent("n1")
     row = Replica.all_tenants.get(workload=job)
-    managed = [{"name": "gpucloud-w999-r0-a1", "workload_id": "999", "attempt": 1, "replica": 0, "state": "running"}]
+    orphan = {"name": container_name(999, 0, 1), "workload_id": "999", "attempt": 1, "replica": 0, "state": "running"}
+    managed = [orphan | {"installation": installation_id(), "node": "n1"}]
     counts = reconcile.reconcile_node(node="n1", managed=managed, gone=[row.name])
     assert counts == {"orphans": 1, "vanished": 1, "watched": 0, "restarted": 0}
-    assert NodeEvent.objects.filter(kind="node.orphan_stopped", data__name="gpucloud-w999-r0-a1").exists()
+    assert NodeEvent.objects.filter(kind="node.orphan_stopped", data__name=container_name(999, 0, 1)).exists()
     job.refresh_from_db()
     assert (job.state, job.reason_code) == (WorkloadState.FAILED, ReasonCode.CONTAINER_VANISHED)
     assert _held(job) == 0 and Replica.all_tenants.get(pk=row.pk).state == ReplicaState.EXITED
+
+
+def test_reconcile_leaves_another_installations_or_nodes_and_unlabelled_containers_alone(world: World) -> None:
+    _ready(world)
+    _with_agent("n1")
+    base = {"workload_id": "999", "attempt": 1, "replica": 0, "state": "running"}
+    managed = [
+        base
+        | {
+            "name": policy.container_name("0123456789abcdef", 991, 0, 1),
+            "installation": "0123456789abcdef",
+            "node": "n1",
+        },
+        base | {"name": container_name(992, 0, 1), "installation": installation_id(), "node": "n2"},
+        base | {"name": "gpucloud-w993-r0-a1"},  # started before owners were labelled, under the old name
+    ]
+    counts = reconcile.reconcile_node(node="n1", managed=managed, gone=[])
+    assert counts["orphans"] == 0
+    assert not NodeEvent.objects.filter(kind="node.orphan_stopped").exists()
 
 
 def test_a_replica_missing_from_a_late_list_is_not_declared_vanished(world: World) -> None:

@@ -158,6 +158,7 @@ def test_everyone_chooses_their_own_email(world: World) -> None:
     assert {c["kind"]: c["email"] for c in listed} == {
         "budget.threshold": True, "budget.exhausted": True, "request.decided": True,
         "notebook.idle_warning": True, "workload.finished": False, "workload.failed": False,
+        "workload.stopped": True,
     }  # fmt: skip
     response = viewer.patch(f"{CHOICES}workload.failed/", {"email": True}, format="json")
     assert response.status_code == 200 and response.json() == {

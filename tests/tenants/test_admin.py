@@ -6,7 +6,7 @@ from django.test import Client
 from django.urls import reverse
 
 from inventory.models import NodePool
-from tenants.models import AuditEvent, Tenant
+from tenants.models import AuditEvent, Membership, Tenant
 from tests.conftest import PASSWORD, World
 
 
@@ -69,3 +69,14 @@ def test_admin_login_is_throttled_like_the_console(world: World, client: Client,
     response = client.post(url, {"username": "operator", "password": PASSWORD, "next": "/admin/"})
     assert response.status_code == 429, "a locked account must not get in, even with the right password"
     assert not response.wsgi_request.user.is_authenticated
+
+
+def test_operators_can_open_every_tenant_owned_change_page(world: World, client: Client) -> None:
+    """The read-only change pages of scoped models (memberships and the rest) render for operators, not 500."""
+    _login(client, "operator")
+    membership = Membership.all_tenants.filter(tenant=world.tenant_a).first()
+    assert membership is not None
+    response = client.get(reverse("admin:tenants_membership_change", args=[membership.pk]))
+    assert response.status_code == 200
+    assert membership.user.get_username() in response.content.decode()
+    assert client.get(reverse("admin:tenants_membership_changelist")).status_code == 200

@@ -34,7 +34,7 @@ WRITES: list[tuple[str, str, Any, dict[str, Any] | None, str, str | None]] = [
     ("admin_a", "post", f"{T}/projects/", {"slug": "gamma", "name": "G"}, "project.create", "a"),
     ("admin_a", "patch", f"{T}/projects/alpha/", {"name": "A2"}, "project.update", "a"),
     ("admin_a", "delete", f"{T}/projects/alpha/", None, "project.delete", "a"),
-    ("admin_a", "post", f"{T}/memberships/", {"username": "pal", "role": "viewer"}, "membership.create", "a"),
+    ("admin_a", "post", f"{T}/invitations/", {"username": "pal", "role": "viewer"}, "invitation.create", "a"),
     (
         "admin_a",
         "patch",

@@ -1,4 +1,4 @@
-"""Memberships: invitations, role bounds, the last admin, project assignment."""
+"""Memberships: what joining reveals, role bounds, the last admin, project assignment."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from tenants.scoping import tenant_scope
 from tests.conftest import PASSWORD, World, client_for
 
 MEMBERS = "/api/v1/tenants/tenant-a/memberships/"
+INVITES = "/api/v1/tenants/tenant-a/invitations/"
 
 
 def logged_in_page(user: User, path: str) -> Any:
@@ -24,20 +25,18 @@ def _membership(user: User) -> Membership:
     return Membership.all_tenants.get(user=user)
 
 
-def test_inviting_a_new_person_creates_the_account_and_a_one_time_link(world: World) -> None:
-    response = client_for(world.admin_a).post(
-        MEMBERS, {"username": "newbie", "email": "newbie@example.com", "role": "member"}, format="json"
-    )
-    assert response.status_code == 201
-    assert "/invite/" in response.json()["setup_url"]
-    newbie = User.objects.get(username="newbie")
-    assert not newbie.has_usable_password(), "nobody can log in as an invited account before its owner sets a password"
+def _membership_in(user: User, tenant: Any) -> Membership:
+    return Membership.all_tenants.get(user=user, tenant=tenant)
 
 
-def test_inviting_an_existing_user_gives_no_link(world: World) -> None:
-    response = client_for(world.admin_a).post(MEMBERS, {"username": "admin_b", "role": "viewer"}, format="json")
-    assert response.status_code == 201
-    assert response.json()["setup_url"] is None
+def _accepted(world: World, username: str, **fields: Any) -> dict[str, Any]:
+    """Invite `username` (an existing account) to tenant A and accept as its owner; return the invitation."""
+    answer = client_for(world.admin_a).post(INVITES, {"username": username, **fields}, format="json")
+    assert answer.status_code == 201, answer.content
+    owner = Client()
+    assert owner.login(username=username, password=PASSWORD)
+    assert owner.post(answer.json()["invite_url"].replace("http://testserver", ""), {"accept": "1"}).status_code == 302
+    return dict(answer.json())
 
 
 def _private(user: User) -> list[str]:
@@ -50,11 +49,15 @@ def _private(user: User) -> list[str]:
 def test_inviting_another_tenants_user_by_name_reveals_nothing_about_them(world: World) -> None:
     private = _private(world.admin_b)
     admin = client_for(world.admin_a)
-    invited = admin.post(MEMBERS, {"username": "admin_b", "role": "viewer"}, format="json")
+    invited = admin.post(INVITES, {"username": "admin_b", "role": "viewer"}, format="json")
     assert invited.status_code == 201
-    pk = invited.json()["id"]
+    before = [invited, admin.get(INVITES), admin.get(f"{INVITES}{invited.json()['id']}/")]
+    owner = Client()
+    assert owner.login(username="admin_b", password=PASSWORD)
+    owner.post(invited.json()["invite_url"].replace("http://testserver", ""), {"accept": "1"})
+    pk = _membership_in(world.admin_b, world.tenant_a).pk
     answers = [
-        invited,
+        *before,
         admin.get(MEMBERS),
         admin.get(f"{MEMBERS}{pk}/"),
         admin.patch(f"{MEMBERS}{pk}/", {"role": "member"}, format="json"),
@@ -69,36 +72,27 @@ def test_inviting_another_tenants_user_by_name_reveals_nothing_about_them(world:
     assert admin.get(MEMBERS, {"search": world.admin_b.email}).json()["count"] == 0
 
 
-def test_an_existing_account_is_answered_like_a_new_one_but_for_the_setup_link(world: World) -> None:
-    admin = client_for(world.admin_a)
-    existing = admin.post(MEMBERS, {"username": "admin_b", "email": "b@tenant-a.example"}, format="json").json()
-    new = admin.post(MEMBERS, {"username": "newbie", "email": "n@tenant-a.example"}, format="json").json()
-    assert existing.keys() == new.keys()
-    assert existing["setup_url"] is None and "/invite/" in new["setup_url"]
-    same = {"role", "projects"}
-    assert {k: existing[k] for k in same} == {k: new[k] for k in same}
-
-
 def test_the_address_an_admin_gives_is_the_tenants_own_and_changes_no_account(world: World) -> None:
     admin = client_for(world.admin_a)
-    invited = admin.post(MEMBERS, {"username": "admin_b", "email": "bea@tenant-a.example"}, format="json")
-    assert invited.json()["email"] == "bea@tenant-a.example"
+    assert _accepted(world, "admin_b", email="bea@tenant-a.example")["email"] == "bea@tenant-a.example"
     assert User.objects.get(username="admin_b").email == "admin_b@example.com", "the account keeps its own"
     assert admin.get(MEMBERS, {"search": "bea@tenant-a"}).json()["count"] == 1
-    created = admin.post(MEMBERS, {"username": "newbie", "email": "newbie@tenant-a.example"}, format="json")
-    assert created.json()["email"] == User.objects.get(username="newbie").email == "newbie@tenant-a.example"
+    created = admin.post(INVITES, {"username": "newbie", "email": "newbie@tenant-a.example"}, format="json")
+    link = created.json()["invite_url"].replace("http://testserver", "")
+    Client().post(link, {"new_password1": "a brand new passphrase 42", "new_password2": "a brand new passphrase 42"})
+    assert User.objects.get(username="newbie").email == "newbie@tenant-a.example"
     # Tenant B, where admin_b is admin, sees the address B gave (none: admin_b was not invited there).
     assert client_for(world.admin_b).get("/api/v1/tenants/tenant-b/memberships/").json()["results"][0]["email"] == ""
 
 
 def test_duplicate_membership_is_refused(world: World) -> None:
-    response = client_for(world.admin_a).post(MEMBERS, {"username": "member_a"}, format="json")
+    response = client_for(world.admin_a).post(INVITES, {"username": "member_a"}, format="json")
     assert response.status_code == 400
     assert response.json()["error"]["fields"]["username"][0]["code"] == "already_member"
 
 
 def test_tenant_admin_cannot_make_anyone_an_operator(world: World) -> None:
-    invite = client_for(world.admin_a).post(MEMBERS, {"username": "x", "role": "operator"}, format="json")
+    invite = client_for(world.admin_a).post(INVITES, {"username": "x", "role": "operator"}, format="json")
     assert invite.status_code == 400
     assert invite.json()["error"]["fields"]["role"][0]["code"] == "invalid_choice"
     url = f"{MEMBERS}{_membership(world.member_a).pk}/"
@@ -111,14 +105,14 @@ def test_tenant_admin_cannot_act_in_another_tenant(world: World) -> None:
     url = f"/api/v1/tenants/tenant-b/memberships/{_membership(world.admin_b).pk}/"
     assert client_for(world.admin_a).patch(url, {"role": "viewer"}, format="json").status_code == 404
     assert (
-        client_for(world.admin_a).post("/api/v1/tenants/tenant-b/memberships/", {"username": "admin_a"}).status_code
+        client_for(world.admin_a).post("/api/v1/tenants/tenant-b/invitations/", {"username": "admin_a"}).status_code
         == 404
     )
     assert _membership(world.admin_b).role == "admin"
 
 
 def test_member_cannot_invite_or_change_roles(world: World) -> None:
-    assert client_for(world.member_a).post(MEMBERS, {"username": "pal"}, format="json").status_code == 403
+    assert client_for(world.member_a).post(INVITES, {"username": "pal"}, format="json").status_code == 403
     url = f"{MEMBERS}{_membership(world.member_a).pk}/"
     assert client_for(world.member_a).patch(url, {"role": "admin"}, format="json").status_code == 403
     assert _membership(world.member_a).role == "member"
@@ -158,7 +152,7 @@ def test_projects_are_assigned_from_the_tenant_only(world: World) -> None:
 
 
 def test_malformed_invitations_name_the_field(world: World) -> None:
-    response = client_for(world.admin_a).post(MEMBERS, {"username": "bad name!", "role": "viewer"}, format="json")
+    response = client_for(world.admin_a).post(INVITES, {"username": "bad name!", "role": "viewer"}, format="json")
     assert response.status_code == 400
     assert "username" in response.json()["error"]["fields"]
     assert not User.objects.filter(username="bad name!").exists()

@@ -141,6 +141,36 @@ def test_token_cannot_mint_a_stronger_token(world: World) -> None:
     assert response.json()["error"]["fields"]["role"][0]["code"] == "above_own_role"
 
 
+def test_a_token_minted_by_a_short_token_expires_with_it_and_dies_when_it_is_revoked(world: World) -> None:
+    short = services.create_token(
+        actor=Actor(user=world.admin_a), tenant=world.tenant_a, name="one day", role="admin", expires_in_days=1
+    )
+    response = bearer(short.secret).post(
+        "/api/v1/tokens/", {"name": "long", "tenant": "tenant-a", "expires_in_days": 90}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    child = ApiToken.all_tenants.get(prefix=response.json()["prefix"])
+    grandchild_secret = (
+        bearer(response.json()["secret"])
+        .post("/api/v1/tokens/", {"name": "longer", "tenant": "tenant-a", "expires_in_days": 90}, format="json")
+        .json()["secret"]
+    )
+    assert child.expires_at <= short.token.expires_at
+    assert bearer(grandchild_secret).get(PROJECTS).status_code == 200
+    services.revoke_token(actor=Actor(user=world.admin_a), token=short.token)
+    for secret in (response.json()["secret"], grandchild_secret):
+        refused = bearer(secret).get(PROJECTS)
+        assert refused.status_code == 401 and "revoked" in refused.json()["error"]["message"]
+
+
+def test_a_token_minted_in_the_console_keeps_the_lifetime_asked_for(world: World) -> None:
+    issued = services.create_token(
+        actor=Actor(user=world.admin_a), tenant=world.tenant_a, name="long", role="admin", expires_in_days=90
+    )
+    assert issued.token.parent is None
+    assert issued.token.expires_at > timezone.now() + timedelta(days=89)
+
+
 def test_role_is_reduced_when_the_owner_is_demoted(world: World) -> None:
     issued = issue(world, "admin_a", "admin")
     Membership.all_tenants.filter(user=world.admin_a).update(role="viewer")

@@ -95,6 +95,7 @@ class Workload(ApiObject):
     gpu_models: list[str] = field(default_factory=list)
     cpu_milli: int = 0
     memory_mib: int = 0
+    shm_mib: int | None = None
     priority_class: str = ""
     max_runtime_seconds: int | None = None
     requeue_limit: int = 0
@@ -177,7 +178,8 @@ class WorkloadDetail(Workload):
     """A workload with where it runs, what happened to it, and (notebooks) how to open it.
 
     `notebook_url` is a path on the console (join it with the context's URL), None until the notebook
-    answers or when the caller may not open it.
+    answers or when the caller may not open it. `actions` names what the caller may do to it now (`cancel`,
+    `hibernate`, `resume`, `restart`, `extend`, `open`), as the console decides it.
     """
 
     allocations: list[Allocation] = field(default_factory=list)
@@ -185,6 +187,7 @@ class WorkloadDetail(Workload):
     launch_steps: list[LaunchStep] = field(default_factory=list)
     notebook_url: str | None = None
     lab_path: str | None = None
+    actions: list[str] = field(default_factory=list)
     _nested: ClassVar[dict[str, type[ApiObject]]] = {
         "allocations": Allocation,
         "events": WorkloadEvent,

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 SUBMISSION_FIELDS = (
     "project", "name", "pool", "kind", "image", "command", "env", "gpus_per_replica", "replicas", "gpu_models",
-    "cpu_milli", "memory_mib", "priority_class", "max_runtime_seconds", "requeue_limit", "stop_signal", "preset",
+    "cpu_milli", "memory_mib", "shm_mib", "priority_class", "max_runtime_seconds", "requeue_limit", "stop_signal",
+    "preset",
 )  # fmt: skip
 SPEC_FIELDS = (*SUBMISSION_FIELDS, "tenant")
 _DOCUMENT_START = re.compile(r"^---(\s|$)")

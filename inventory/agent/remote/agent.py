@@ -16,7 +16,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from common.protocol.messages import BY_TASK, Heartbeat
 from inventory.agent.config import AgentConfig, activate, config_from_settings
+from inventory.agent.egress import keep_egress
 from inventory.agent.executor import Executor, install_executor
 from inventory.agent.remote.client import POLL_TIMEOUT, POLL_WAIT_SECONDS, ConsoleClient, check_console_url
 from inventory.agent.remote.commands import CommandPoller, CommandRunner, agent_tasks
@@ -90,6 +92,7 @@ class RemoteAgent:
     def start(self) -> None:
         """Activate the node's configuration and start sending, polling for commands, sampling and reporting."""
         activate(self.config)
+        keep_egress(self.config)
         self.executor = install_executor(self.config, send=self.spool_task)
         self.sender.start()
         runner = CommandRunner(agent_tasks(), self.spool.put, threads=AGENT_THREADS)
@@ -106,12 +109,13 @@ class RemoteAgent:
         self.reporter.start_thread()
 
     def spool_task(self, task: str, **kwargs: Any) -> None:
-        """The executor's `send`: spool one task report (`jobs.replica_started`, log batches, ...)."""
-        self.spool.put({"kind": "task", "task": task, "kwargs": kwargs})
+        """The executor's `send`: spool one task report (`jobs.replica_started`, log batches, ...) with the
+        version of its message this agent writes, which the gateway checks and passes on."""
+        self.spool.put({"kind": "task", "task": task, "version": BY_TASK[task].VERSION, "kwargs": kwargs})
 
     def spool_heartbeat(self, report: dict[str, Any]) -> None:
-        """The reporter's `send_report`: spool one heartbeat."""
-        self.spool.put({"kind": "heartbeat", "report": report})
+        """The reporter's `send_report`: spool one heartbeat, with the version of its message."""
+        self.spool.put({"kind": "heartbeat", "version": Heartbeat.VERSION, "report": report})
 
     def publish_samples(self, group: str, samples: list[dict[str, Any]]) -> None:
         """The reporter's `publish`: keep the latest samples for the next batch (the console knows the group)."""

@@ -1,8 +1,10 @@
 """The remote agent's work: commands long-polled from the console, run on the agent's threads.
 
-A command is `{"id", "task", "args", "kwargs"}` naming one of the agent's
-tasks (`inventory.agent.tasks`, the same functions the co-located agent
-runs from its Celery queue), called in this process. A task that returns
+A command is `{"id", "task", "version", "args", "kwargs"}` naming one of
+the agent's tasks (`inventory.agent.tasks`, the same functions the
+co-located agent runs from its Celery queue, which decode their protocol
+message), called in this process. A command whose `version` is not the one
+this agent reads of its message (`common.protocol`) is logged and not run. A task that returns
 a value (`agent.probe_node`'s report) has it spooled as a `result` message
 for the console; a task's reports go through the executor, which the
 remote agent points at the spool as well. The threads are daemons: a
@@ -19,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from common.protocol import BY_TASK
 from inventory.agent.remote.backoff import Backoff
 from inventory.agent.remote.client import Delivery, Reply
 
@@ -75,6 +78,16 @@ class CommandRunner:
         handler = self.handlers.get(str(name))
         if handler is None:
             log.warning("the console asked for an unknown task %r (command %s): ignored", name, command.get("id"))
+            return
+        version, reads = command.get("version"), BY_TASK[str(name)].VERSION if str(name) in BY_TASK else None
+        if version is not None and version != reads:
+            log.error(
+                "command %s is %s version %r; this agent reads version %s: ignored",
+                command.get("id"),
+                name,
+                version,
+                reads,
+            )
             return
         try:
             result = handler(*(command.get("args") or []), **(command.get("kwargs") or {}))

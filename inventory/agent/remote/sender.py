@@ -18,11 +18,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from common.protocol import messages as protocol
 from inventory.agent.remote.backoff import Backoff
 from inventory.agent.remote.client import Delivery, Reply
 from inventory.agent.remote.spool import LIVE_KIND, LiveSamples, Spool, Spooled
 
 log = logging.getLogger(__name__)
+
+# The version of the live samples message this agent writes (the spool's `LiveSamples` is its holder).
+SAMPLES_VERSION = protocol.LiveSamples.VERSION
 
 SHIP_SECONDS = 0.1
 MAX_MESSAGES = 500
@@ -68,7 +72,7 @@ class Sender:
             return None
         messages = [item.message for item in batch]
         if snapshot is not None:
-            messages.append({"kind": LIVE_KIND, "samples": snapshot.samples})
+            messages.append({"kind": LIVE_KIND, "version": SAMPLES_VERSION, "samples": snapshot.samples})
         reply = self.post(messages)
         if reply.delivery is Delivery.DELIVERED:
             self._forget(batch)

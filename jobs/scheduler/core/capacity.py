@@ -64,10 +64,6 @@ class NodeState:
         self.free_count = sum(map(len, free.values()))
         self.stranded = 0  # free GPUs without the CPU or memory to use them (set by the pool)
 
-    def free_total(self) -> int:
-        """Return the GPUs of any model free on this node."""
-        return self.free_count
-
 
 @dataclass(frozen=True, slots=True)
 class Take:

@@ -87,7 +87,7 @@ def _nodes() -> tuple[TraceNode, ...]:
     rows = list(
         Node.objects.exclude(state__in=_NOT_IN_SERVICE)
         .order_by("name")
-        .values("id", "name", "pool__name", "cpu_cores", "memory_mb")
+        .values("id", "name", "pool__name", "cpu_cores", "memory_mib")
     )
     models: dict[int, Counter[str]] = defaultdict(Counter)
     for gpu in Gpu.objects.filter(node_id__in=[r["id"] for r in rows], present=True).values("node_id", "model"):
@@ -102,7 +102,7 @@ def _node(row: Mapping[str, Any], models: Counter[str]) -> TraceNode:
         gpus=sum(models.values()),
         model=model,
         cpu_milli=row["cpu_cores"] * 1000 or _PLENTY_CPU_MILLI,
-        memory_mib=row["memory_mb"] or _PLENTY_MEMORY_MIB,
+        memory_mib=row["memory_mib"] or _PLENTY_MEMORY_MIB,
         pool=row["pool__name"],
     )
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -474,8 +473,3 @@ class Simulation:
 def simulate(trace: Trace, settings: Settings) -> Result:
     """Return the metrics of replaying `trace` under `settings`."""
     return Simulation(trace, settings).run()
-
-
-def tenants_of(jobs: Sequence[TraceJob]) -> list[str]:
-    """Return the trace's tenants, sorted."""
-    return sorted({job.tenant for job in jobs})

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 
-from jobs import live, sql
+from common import fastpaths
+from jobs import fast_sql, live
 from jobs.models import LogChunk, Replica, Workload
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,19 @@ class LogBatchError(ValueError):
 
 class _ChainRace(Exception):
     """Another ingest numbered lines between our read and our write: roll back and let the caller retry."""
+
+
+# Postgres's deadlock_detected and serialization_failure: the batch's statement was rolled back whole.
+_LOCK_CONFLICTS = frozenset({"40P01", "40001"})
+
+
+def _lost_a_lock_conflict(error: OperationalError) -> bool:
+    """Return whether `error` is Postgres ending our statement to break a lock conflict (safe to run again).
+
+    The chain locks the replica and then its workload; a cancel or an exit
+    report locks them the other way round, and Postgres aborts one of the two.
+    """
+    return getattr(error.__cause__, "sqlstate", None) in _LOCK_CONFLICTS
 
 
 def truncate_line(text: str) -> str:
@@ -111,20 +125,27 @@ def ingest_log_batch(
     stored as one `LogChunk`, and the replica's cursor becomes `cursor`, all
     in one transaction. A batch that does not continue the chain (a
     duplicate, a replay from an older cursor) or names an unknown replica is
-    dropped (returns 0). Raises LogBatchError, storing nothing, for a
-    malformed batch.
+    dropped (returns 0). A statement Postgres aborts to break a deadlock is
+    run again (outside a caller's transaction). Raises LogBatchError,
+    storing nothing, for a malformed batch.
     """
     if len(cursor) > MAX_CURSOR_CHARS:
         raise LogBatchError(f"cursor: longer than {MAX_CURSOR_CHARS} characters")
     batch = _checked(lines) if lines else None
     for _ in range(3):
         try:
-            if connection.vendor == "postgresql" and batch is not None:
+            if connection.vendor == "postgresql" and batch is not None and fastpaths.enabled(fastpaths.JOBS_SQL):
                 return _store_in_one_statement(workload_id, attempt, replica, since, cursor, batch)
             return _store(workload_id, attempt, replica, since, cursor, batch)
         except _ChainRace:
             continue
-    # Only SQLite without row locks can lose the race three times in a row; the agent will resend.
+        except OperationalError as error:
+            # Inside a caller's transaction the whole of it is aborted: only the caller can run it again.
+            if connection.in_atomic_block or not _lost_a_lock_conflict(error):
+                raise
+            log.info("log batch for %s/%s/%s lost a lock conflict; storing it again", workload_id, attempt, replica)
+            continue
+    # Only SQLite without row locks, or a storm of lock conflicts, loses three times in a row; the agent will resend.
     log.warning("log batch for %s/%s/%s lost the numbering race; dropped", workload_id, attempt, replica)
     return 0
 
@@ -140,10 +161,13 @@ def record_log_end(*, workload_id: int, attempt: int, replica: int, log_end: str
 def _store_in_one_statement(
     workload_id: int, attempt: int, replica: int, since: str, cursor: str, batch: _Batch
 ) -> int:
-    """`_store` on Postgres in one round trip (a busy workload ships five batches a second); same contract."""
+    """`_store` on Postgres in one round trip (a busy workload ships five batches a second); same contract.
+
+    The fast path `jobs_sql` (`jobs.fast_sql.continue_log_chain`); with it off, `_store` serves.
+    """
     # No transaction block: the statement is its own (one round trip, not three), and after it
     # the lines are committed, so the live publish (on commit, or at once outside a transaction) may go.
-    first = sql.continue_log_chain(
+    first = fast_sql.continue_log_chain(
         workload_id,
         attempt,
         replica,

@@ -139,7 +139,7 @@ def submit_batch(requests: Sequence[SubmissionRequest]) -> list[Submission | Exc
     later request with the key of an earlier one replays it. The ledger is
     read once for the whole batch (about ten queries whatever its size) and
     written in three statements, which is what lets the API commit many
-    concurrent submissions together (`jobs.api.ingest`). A refusal is one of
+    concurrent submissions together (`jobs.api.fast_ingest`). A refusal is one of
     `REFUSALS`. Should a write fail all the same (a constraint no check
     could foresee), nothing of the batch is kept and each request is
     submitted again alone, so that only the one at fault fails.

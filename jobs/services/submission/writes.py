@@ -9,8 +9,9 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from common import bulk
-from jobs import live, sql
+from common import fast_bulk
+from common.protocol.messages import RESOURCE_FIELDS
+from jobs import fast_sql, live
 from jobs.choices import WorkloadEventKind, WorkloadKind, WorkloadState
 from jobs.models import Workload
 from jobs.services import predictions
@@ -41,7 +42,7 @@ def insert(pending: list[Pending]) -> None:
             _workload(item.project, item.user, spec, item_key, item.digest, now, _predicted(predicted, item, spec))
             for spec, item_key in zip(item.specs, keys, strict=True)
         )
-    workloads = bulk.insert(rows)
+    workloads = fast_bulk.insert(rows)
     _insert_submitted_events([w.pk for w in workloads], now)
     start = 0
     audit: list[AuditEvent] = []
@@ -86,7 +87,7 @@ def _insert_submitted_events(workload_ids: list[int], now: datetime) -> None:
     workloads themselves. The submitter named is the owner, whom every
     submission creates its workloads for.
     """
-    sql.insert_submitted_events(
+    fast_sql.insert_submitted_events(
         workload_ids, kind=WorkloadEventKind.SUBMITTED.value, to_state=WorkloadState.PENDING.value, created_at=now
     )
 
@@ -100,7 +101,7 @@ def _workload(
     now: datetime,
     predicted: Mapping[str, Any] | None,
 ) -> Workload:
-    workload = bulk.new(
+    workload = fast_bulk.new(
         Workload,
         {
             "tenant_id": project.tenant_id,
@@ -115,8 +116,7 @@ def _workload(
             "replicas": spec.replicas,
             "gpu_models": sorted(set(spec.gpu_models)),
             "pool_id": spec.pool.pk,
-            "cpu_milli": spec.cpu_milli,
-            "memory_mib": spec.memory_mib,
+            **{name: getattr(spec, name) for name in RESOURCE_FIELDS},
             "priority_class": spec.priority_class,
             "max_runtime_seconds": spec.max_runtime_seconds,
             "requeue_limit": spec.requeue_limit,

@@ -7,6 +7,7 @@ a test creates carries its tenant's label and is removed when it ends.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,11 +20,16 @@ import pytest
 
 from inventory.drivers import policy
 from inventory.drivers.base import Resources, WorkloadSpec
-from inventory.drivers.docker_engine import API_VERSION
-from inventory.drivers.docker_runtime import DockerRuntime
+from inventory.drivers.docker import API_VERSION, DockerRuntime
 from inventory.drivers.health import HEALTH_CHECK_TENANT
 
 SpecFactory = Callable[..., WorkloadSpec]
+
+# One installation per pytest-xdist worker ("gw3" -> ...03), so workers sharing the engine never name the same
+# container or network: its first 8 digits are the tag every name carries (policy.installation_tag).
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+TEST_INSTALLATION = f"7e57c{_WORKER:03x}00000000"
+"""The installation id the driver tests' specs carry: their names and networks are this console's."""
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> bool:
@@ -40,15 +46,17 @@ def new_spec(command: list[str], *, tenant: str, image: str = "unused", attempt:
     """Return a spec for a fresh workload id (so names never collide between tests)."""
     workload = f"t{uuid.uuid4().hex[:10]}"
     replica = int(extra.pop("replica", 0))
+    installation = str(extra.pop("installation", TEST_INSTALLATION))
     return WorkloadSpec(
-        name=policy.container_name(workload, replica, attempt),
+        name=policy.container_name(installation, workload, replica, attempt),
+        installation=installation,
         workload_id=workload,
         tenant=tenant,
         attempt=attempt,
         replica=replica,
         image=image,
         command=command,
-        resources=extra.pop("resources", Resources(cpus=0.5, memory_mb=64, pids=64)),
+        resources=extra.pop("resources", Resources(cpu_milli=500, memory_mib=64, pids=64)),
         **extra,
     )
 
@@ -58,8 +66,9 @@ def agent_spec(node: str, workload: int, tenant: str, image: str, command: list[
     return {
         "node": node,
         "runtime": "docker",
-        "name": policy.container_name(str(workload), 0, 1),
-        "workload_id": str(workload),
+        "installation": TEST_INSTALLATION,
+        "name": policy.container_name(TEST_INSTALLATION, workload, 0, 1),
+        "workload_id": workload,
         "tenant": tenant,
         "attempt": 1,
         "replica": 0,
@@ -81,7 +90,7 @@ def remove_tenant(client: docker.DockerClient, tenant: str) -> None:
     for container in client.api.containers(all=True, filters={"label": f"{policy.LABEL_TENANT}={tenant}"}):
         with suppress(docker.errors.NotFound):
             client.api.remove_container(container["Id"], force=True)
-    for network in client.api.networks(names=[policy.tenant_network_name(tenant)]):
+    for network in client.api.networks(names=[policy.tenant_network_name(TEST_INSTALLATION, tenant)]):
         with suppress(docker.errors.NotFound):
             client.api.remove_network(network["Id"])
 
@@ -105,7 +114,7 @@ def fresh_tenant(docker_client: docker.DockerClient) -> Iterator[str]:
 @pytest.fixture
 def health_network(docker_client: docker.DockerClient) -> Iterator[str]:
     """The health checks' network: removed after the test unless it existed before."""
-    name = policy.tenant_network_name(HEALTH_CHECK_TENANT)
+    name = policy.tenant_network_name(TEST_INSTALLATION, HEALTH_CHECK_TENANT)
     existed = bool(docker_client.api.networks(names=[name]))
     yield name
     if not existed:

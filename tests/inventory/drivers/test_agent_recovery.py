@@ -7,6 +7,7 @@ makes it vanish and come back.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -18,9 +19,11 @@ from typing import Any
 
 import pytest
 
+from common.protocol.messages import ReplicaSpec, WatchReplica
 from inventory.agent.config import AgentConfig
 from inventory.agent.executor import OUTPUT_GAP_NOTE, Executor
-from tests.inventory.drivers.conftest import agent_spec
+from inventory.drivers import policy
+from tests.inventory.drivers.conftest import TEST_INSTALLATION, agent_spec
 from tests.workers import wait_until
 
 pytestmark = pytest.mark.docker
@@ -99,8 +102,8 @@ def _agent(tmp_path: Path, door: EngineDoor, sent: Sent) -> Executor:
     return Executor(config, send=lambda task, **kwargs: sent.append((task, kwargs)))
 
 
-def _spec(workload: int, tenant: str, image: str, command: list[str]) -> dict[str, Any]:
-    return agent_spec(NODE, workload, tenant, image, command)
+def _spec(workload: int, tenant: str, image: str, command: list[str]) -> ReplicaSpec:
+    return ReplicaSpec.from_wire(agent_spec(NODE, workload, tenant, image, command))
 
 
 def test_an_agent_asks_for_a_reconcile_once_its_engine_answers_again(
@@ -116,7 +119,7 @@ def test_an_agent_asks_for_a_reconcile_once_its_engine_answers_again(
     assert wait_until(lambda: sent, timeout=10)
     assert wait_until(lambda: not agent.recovering("docker", NODE), timeout=5)
     assert [task for task, _ in sent] == ["jobs.reconcile"]
-    agent.start({**spec, "name": "gpucloud-w9-r1-a1", "replica": 1})  # the engine answers
+    agent.start(dataclasses.replace(spec, name=policy.container_name(TEST_INSTALLATION, 9, 1, 1), replica=1))
     assert [task for task, _ in sent][-1] == "jobs.replica_started"
     assert wait_until(lambda: exits(sent), timeout=10)
     assert exits(sent) == [""], "it ended with its engine up: nothing of its output is in doubt"
@@ -143,6 +146,7 @@ def test_a_replica_that_ended_while_its_engine_was_down_says_its_output_may_be_m
     door.open()
     assert wait_until(lambda: any(task == "jobs.reconcile" for task, _ in sent), timeout=10)
     # The controller's reconcile has the node follow the replica again (`Executor.watch`).
-    agent.watch({**spec, "handle": handle, "log_cursor": ""})
+    ref = {"node": spec.node, "runtime": spec.runtime, "name": spec.name, "workload_id": spec.workload_id}
+    agent.watch(WatchReplica.from_wire({**ref, "attempt": spec.attempt, "replica": 0, "handle": handle}))
     assert wait_until(lambda: exits(sent), timeout=10)
     assert exits(sent) == [OUTPUT_GAP_NOTE]

@@ -15,11 +15,18 @@ import pytest
 
 from inventory.drivers import policy
 from inventory.drivers.base import PermanentDriverError, WorkloadSpec
-from inventory.drivers.docker_engine import Budget
-from inventory.drivers.docker_gangs import GangNetworks, swarm_of
+from inventory.drivers.docker._engine import Budget
+from inventory.drivers.docker._gangs import GangNetworks, swarm_of
+from tests.inventory.drivers.conftest import TEST_INSTALLATION
 
 SPEC = WorkloadSpec(
-    name="gpucloud-w7-r0-a0", workload_id="7", tenant="acme", attempt=0, image="x", gang_across_hosts=True
+    name=policy.container_name(TEST_INSTALLATION, "7", 0, 0),
+    workload_id="7",
+    tenant="acme",
+    attempt=0,
+    image="x",
+    gang_across_hosts=True,
+    installation=TEST_INSTALLATION,
 )
 
 
@@ -57,8 +64,9 @@ def _gang_labels(tenant: str) -> dict[str, str]:
 
 def test_a_manager_that_loses_the_race_to_make_its_gangs_network_shares_the_winners() -> None:
     api = LosingManager(_gang_labels("acme"))
-    assert GangNetworks(lambda _: api).ensure(SPEC, Budget(5)) == "gpucloud-gang-w7-a0"  # type: ignore[arg-type,return-value]  # a fake API
-    assert api.created == ["gpucloud-gang-w7-a0"]
+    network = policy.gang_network_name(TEST_INSTALLATION, "7", 0)
+    assert GangNetworks(lambda _: api).ensure(SPEC, Budget(5)) == network  # type: ignore[arg-type,return-value]  # a fake API
+    assert api.created == [network]
 
 
 def test_a_manager_that_loses_the_race_to_another_tenants_network_of_that_name_refuses_it() -> None:

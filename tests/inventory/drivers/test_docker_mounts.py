@@ -9,7 +9,7 @@ import docker
 import pytest
 
 from inventory.drivers.base import Mount, RunAs
-from inventory.drivers.docker_runtime import DockerRuntime
+from inventory.drivers.docker import DockerRuntime
 from inventory.drivers.storage import MARKER_FILE, PathRefused, StorageNotMounted
 from tests.inventory.drivers.conftest import SpecFactory, wait_for
 

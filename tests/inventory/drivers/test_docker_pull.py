@@ -15,8 +15,8 @@ from itertools import pairwise
 import pytest
 
 from inventory.drivers.base import DriverTimeout, PermanentDriverError, PullProgress
-from inventory.drivers.docker_pull import REPORT_SECONDS
-from inventory.drivers.docker_runtime import DockerRuntime
+from inventory.drivers.docker import DockerRuntime
+from inventory.drivers.docker._pull import REPORT_SECONDS
 from tests.inventory.drivers.conftest import SpecFactory, wait_for
 from tests.jobs.registry import (
     Registry,

@@ -25,10 +25,10 @@ from inventory.drivers.base import (
     TransientDriverError,
     WorkloadSpec,
 )
-from inventory.drivers.docker_runtime import DockerRuntime, container_config, publish_host
+from inventory.drivers.docker import DockerRuntime, container_config, publish_host
 from inventory.drivers.policy import SpecRefused
 from inventory.drivers.timestamps import parse_ns
-from tests.inventory.drivers.conftest import SpecFactory, new_spec, remove_tenant, wait_for
+from tests.inventory.drivers.conftest import TEST_INSTALLATION, SpecFactory, new_spec, remove_tenant, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -167,8 +167,8 @@ def test_concurrent_starts_of_one_spec_race_safely_to_one_container_and_one_netw
     assert errors == []
     assert len({h["id"] for h in handles}) == 1
     assert len(docker_client.api.containers(all=True, filters={"name": spec.name})) == 1
-    networks = docker_client.api.networks(names=[policy.tenant_network_name(fresh_tenant)])
-    assert [n["Name"] for n in networks] == [policy.tenant_network_name(fresh_tenant)]
+    networks = docker_client.api.networks(names=[policy.tenant_network_name(TEST_INSTALLATION, fresh_tenant)])
+    assert [n["Name"] for n in networks] == [policy.tenant_network_name(TEST_INSTALLATION, fresh_tenant)]
 
 
 @pytest.fixture
@@ -219,7 +219,7 @@ def test_used_up_address_pools_free_the_subnets_of_idle_tenant_bridges_only(
     handle = DockerRuntime(client_factory=client).start(new_spec(["sleep", "30"], tenant=newcomer, image=test_image))
 
     def exists(tenant: str) -> bool:
-        return bool(docker_client.api.networks(names=[policy.tenant_network_name(tenant)]))
+        return bool(docker_client.api.networks(names=[policy.tenant_network_name(TEST_INSTALLATION, tenant)]))
 
     assert runtime.poll(handle).state == "running"
     assert not exists(idle)
@@ -234,11 +234,11 @@ def test_a_tenant_bridge_removed_behind_the_runtime_is_made_again(
     first = runtime.start(new_spec(["true"], tenant=fresh_tenant, image=test_image))
     assert wait_for(lambda: exited(runtime, first))
     runtime.remove(first)
-    for network in docker_client.api.networks(names=[policy.tenant_network_name(fresh_tenant)]):
+    for network in docker_client.api.networks(names=[policy.tenant_network_name(TEST_INSTALLATION, fresh_tenant)]):
         docker_client.api.remove_network(network["Id"])
     second = runtime.start(new_spec(["sleep", "30"], tenant=fresh_tenant, image=test_image))
     assert runtime.poll(second).state == "running"
-    assert docker_client.api.networks(names=[policy.tenant_network_name(fresh_tenant)])
+    assert docker_client.api.networks(names=[policy.tenant_network_name(TEST_INSTALLATION, fresh_tenant)])
 
 
 def test_a_start_the_engine_died_in_is_made_afresh_at_once(
@@ -298,7 +298,7 @@ def test_list_managed_finds_running_and_exited_containers(runtime: DockerRuntime
 def test_the_container_is_created_hardened(
     runtime: DockerRuntime, docker_spec: SpecFactory, docker_client: docker.DockerClient, docker_tenant: str
 ) -> None:
-    spec = docker_spec(["sleep", "30"], resources=Resources(cpus=1.5, memory_mb=96, pids=77), env={"A": "1"})
+    spec = docker_spec(["sleep", "30"], resources=Resources(cpu_milli=1500, memory_mib=96, pids=77), env={"A": "1"})
     handle = runtime.start(spec)
     attrs = docker_client.api.inspect_container(handle["id"])
     host, config = attrs["HostConfig"], attrs["Config"]
@@ -308,7 +308,7 @@ def test_the_container_is_created_hardened(
     assert host["PidsLimit"] == 77
     assert host["Memory"] == host["MemorySwap"] == 96 * 1024 * 1024
     assert host["NanoCpus"] == 1_500_000_000
-    assert host["NetworkMode"] == policy.tenant_network_name(docker_tenant)
+    assert host["NetworkMode"] == policy.tenant_network_name(TEST_INSTALLATION, docker_tenant)
     assert host["PidMode"] in ("", "private") and host["IpcMode"] == "private" and host["UTSMode"] == ""
     assert not host["Binds"] and not host.get("Mounts") and not attrs["Mounts"]
     assert not host["Devices"] and not host.get("DeviceRequests")
@@ -318,22 +318,40 @@ def test_the_container_is_created_hardened(
     assert policy.identity_matches(
         config["Labels"], policy.managed_labels(spec.workload_id, spec.tenant, spec.attempt, spec.replica)
     )
-    assert list(attrs["NetworkSettings"]["Networks"]) == [policy.tenant_network_name(docker_tenant)]
+    assert list(attrs["NetworkSettings"]["Networks"]) == [policy.tenant_network_name(TEST_INSTALLATION, docker_tenant)]
     whoami = runtime.start(docker_spec(["id", "-u"]))
     assert wait_for(lambda: exited(runtime, whoami))
     assert texts(runtime, whoami) == ["1000"]
 
 
+def test_dev_shm_has_the_size_the_spec_asks_for_else_the_engines_default(
+    runtime: DockerRuntime, docker_spec: SpecFactory, docker_client: docker.DockerClient
+) -> None:
+    df = ["df", "-k", "/dev/shm"]  # noqa: S108 -- the container's own tmpfs, measured, never written here
+    sized = runtime.start(docker_spec(df, resources=Resources(memory_mib=96, shm_mib=48)))
+    unset = runtime.start(docker_spec(df, resources=Resources(memory_mib=96)))
+    assert docker_client.api.inspect_container(sized["id"])["HostConfig"]["ShmSize"] == 48 * 1024 * 1024
+    assert docker_client.api.inspect_container(unset["id"])["HostConfig"]["ShmSize"] == 64 * 1024 * 1024
+    assert wait_for(lambda: exited(runtime, sized) and exited(runtime, unset))
+    # busybox df: "Filesystem 1K-blocks Used Available Use% Mounted on", then the tmpfs's line.
+    assert texts(runtime, sized)[-1].split()[1] == str(48 * 1024)
+    assert texts(runtime, unset)[-1].split()[1] == str(64 * 1024)
+
+
 def test_gpus_are_requested_by_uuid_through_a_device_request() -> None:
     gpus = ["GPU-11111111-2222-3333-4444-555555555555", "GPU-66666666-7777-8888-9999-000000000000"]
     spec = new_spec(["nvidia-smi"], tenant="acme", image="cuda", gpu_uuids=gpus)
-    config = container_config(spec, user="1000:1000", network="gpucloud-tenant-acme")
+    config = container_config(spec, user="1000:1000", network=policy.tenant_network_name(TEST_INSTALLATION, "acme"))
     assert config["host_config"]["DeviceRequests"] == [
         {"Driver": "nvidia", "Count": 0, "DeviceIDs": gpus, "Capabilities": [["gpu"]], "Options": {}}
     ]
     assert config["environment"]["NVIDIA_VISIBLE_DEVICES"] == ",".join(gpus)
     assert config["host_config"]["Privileged"] is False and config["host_config"]["CapDrop"] == ["ALL"]
-    without = container_config(new_spec(["true"], tenant="acme"), user="1000:1000", network="gpucloud-tenant-acme")
+    without = container_config(
+        new_spec(["true"], tenant="acme"),
+        user="1000:1000",
+        network=policy.tenant_network_name(TEST_INSTALLATION, "acme"),
+    )
     assert "DeviceRequests" not in without["host_config"]
     assert without["environment"]["NVIDIA_VISIBLE_DEVICES"] == "void"
 
@@ -396,7 +414,11 @@ def test_a_container_without_a_service_port_publishes_nothing(
     assert "endpoint" not in handle
     attrs = docker_client.api.inspect_container(handle["id"])
     assert not attrs["HostConfig"]["PortBindings"] and not attrs["NetworkSettings"]["Ports"]
-    config = container_config(new_spec(["true"], tenant="acme"), user="1000:1000", network="gpucloud-tenant-acme")
+    config = container_config(
+        new_spec(["true"], tenant="acme"),
+        user="1000:1000",
+        network=policy.tenant_network_name(TEST_INSTALLATION, "acme"),
+    )
     assert "PortBindings" not in config["host_config"] and config["ports"] is None
 
 
@@ -496,7 +518,7 @@ def test_info_reports_engine_runc_and_gpu_support(runtime: DockerRuntime) -> Non
     assert info.engine_version and info.runc_version
     assert info.device_requests is True  # every engine this runtime speaks to is API 1.40+
     assert info.nvidia_runtime is ("nvidia" in docker.from_env(version="1.41").info()["Runtimes"])
-    assert info.cpus and info.cpus > 0 and info.memory_mb and info.memory_mb > 0
+    assert info.cpu_cores and info.cpu_cores > 0 and info.memory_mib and info.memory_mib > 0
 
 
 @pytest.mark.usefixtures("health_network")
@@ -504,10 +526,17 @@ def test_the_health_check_reports_the_exit_code_and_output_and_leaves_nothing(
     runtime: DockerRuntime, test_image: str, docker_client: docker.DockerClient
 ) -> None:
     failed = run_health_check(
-        runtime, image=test_image, command=["sh", "-c", "echo broken >&2; exit 2"], gpu_uuids=[], timeout=30
+        runtime,
+        installation=TEST_INSTALLATION,
+        image=test_image,
+        command=["sh", "-c", "echo broken >&2; exit 2"],
+        gpu_uuids=[],
+        timeout=30,
     )
     assert (failed.state, failed.exit_code, failed.message) == ("exited", 2, "broken")
-    passed = run_health_check(runtime, image=test_image, command=["true"], gpu_uuids=[], timeout=30)
+    passed = run_health_check(
+        runtime, installation=TEST_INSTALLATION, image=test_image, command=["true"], gpu_uuids=[], timeout=30
+    )
     assert (passed.state, passed.exit_code) == ("exited", 0)
     leftovers = docker_client.api.containers(all=True, filters={"label": "gpucloud.purpose=health-check"})
     assert leftovers == []
@@ -515,6 +544,8 @@ def test_the_health_check_reports_the_exit_code_and_output_and_leaves_nothing(
 
 @pytest.mark.usefixtures("health_network")
 def test_a_health_check_that_overruns_is_killed_and_says_so(runtime: DockerRuntime, test_image: str) -> None:
-    status = run_health_check(runtime, image=test_image, command=["sleep", "30"], gpu_uuids=[], timeout=1.0)
+    status = run_health_check(
+        runtime, installation=TEST_INSTALLATION, image=test_image, command=["sleep", "30"], gpu_uuids=[], timeout=1.0
+    )
     assert status.state == "exited" and status.exit_code != 0
     assert "did not finish within 1 s" in status.message

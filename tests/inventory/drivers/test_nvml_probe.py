@@ -12,7 +12,7 @@ import pytest
 
 from inventory.drivers import make_probe
 from inventory.drivers.base import GpuProbe
-from inventory.drivers.nvml_probe import NvmlProbe
+from inventory.drivers.nvml import NvmlProbe
 
 MIB = 1024 * 1024
 
@@ -194,7 +194,7 @@ def test_inventory_lists_gpus_with_memory_mig_mode_and_versions() -> None:
     inventory = NvmlProbe(FakeNvml(two_gpus())).inventory()
     assert inventory.available and not inventory.simulated
     assert (inventory.driver_version, inventory.cuda_version) == ("550.54.15", "12.4")
-    assert [(g.index, g.uuid[:12], g.model, g.memory_mb, g.mig_mode) for g in inventory.gpus] == [
+    assert [(g.index, g.uuid[:12], g.model, g.memory_mib, g.mig_mode) for g in inventory.gpus] == [
         (0, "GPU-aaaaaaaa", "NVIDIA H100 80GB HBM3", 81559, "enabled"),
         (1, "GPU-bbbbbbbb", "NVIDIA GeForce RTX 4090", 24564, "unsupported"),
     ]

@@ -16,8 +16,8 @@ VALID = {
     "command": ["python", "train.py", "--epochs", "3"],
     "env": {"EPOCHS": "3", "WANDB_MODE": "offline", "_private": ""},
     "gpus": 2,
-    "cpus": 7.5,
-    "memory_mb": 65536,
+    "cpu_milli": 7500,
+    "memory_mib": 65536,
     "replicas": 1,
     "labels": {"team": "vision"},
 }
@@ -122,8 +122,9 @@ def test_environment_values_with_nul_or_absurd_sizes_are_refused() -> None:
         ({"command": ["ok", 3]}, "command[1]"),
         ({"gpus": -1}, "gpus"),
         ({"gpus": True}, "gpus"),
-        ({"cpus": 0}, "cpus"),
-        ({"memory_mb": "lots"}, "memory_mb"),
+        ({"cpu_milli": 0}, "cpu_milli"),
+        ({"cpu_milli": 7.5}, "cpu_milli"),
+        ({"memory_mib": "lots"}, "memory_mib"),
         ({"replicas": 0}, "replicas"),
         ({"env": ["A=B"]}, "env"),
         ({"labels": {"gpucloud.tenant": "other"}}, "labels.gpucloud.tenant"),
@@ -139,13 +140,31 @@ def test_the_caller_may_allow_its_own_non_container_keys() -> None:
     assert refused({**VALID, "project": "alpha"}).rule == "unknown_field"
 
 
+ONE, OTHER = "0123456789abcdef", "fedcba9876543210"
+
+
 def test_container_names_are_deterministic_and_safe() -> None:
-    assert policy.container_name("42", 1, 3) == "gpucloud-w42-r1-a3"
-    assert policy.container_name("42", 1, 3) == policy.container_name("42", 1, 3)
-    assert re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+", policy.container_name("5f0c2a", 0, 0))
+    assert policy.container_name(ONE, "42", 1, 3) == "gpucloud-01234567-w42-r1-a3"
+    assert policy.container_name(ONE, "42", 1, 3) == policy.container_name(ONE, "42", 1, 3)
+    assert re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+", policy.container_name(ONE, "5f0c2a", 0, 0))
     for bad in ("../x", "a b", "", "x/y"):
         with pytest.raises(PermanentDriverError):
-            policy.container_name(bad, 0, 1)
+            policy.container_name(ONE, bad, 0, 1)
+
+
+def test_every_docker_name_holds_the_installation_so_two_consoles_never_share_one() -> None:
+    """Two consoles on one engine: the same workload, tenant and gang get different names on each."""
+    for name in (
+        lambda inst: policy.container_name(inst, "1", 0, 1),
+        lambda inst: policy.tenant_network_name(inst, "acme"),
+        lambda inst: policy.gang_network_name(inst, "1", 0),
+    ):
+        assert name(ONE) != name(OTHER) and policy.installation_tag(ONE) in name(ONE)
+    assert policy.tenant_network_name(ONE, "acme") == "gpucloud-01234567-tenant-acme"
+    assert policy.gang_network_name(ONE, "7", 0).startswith(policy.GANG_NETWORK_PREFIX)
+    for bad in ("", "0123456", "0123456789ABCDEF", "../../x0123456789"):
+        with pytest.raises(PermanentDriverError, match="installation"):
+            policy.tenant_network_name(bad, "acme")
 
 
 def test_managed_labels_carry_identity_and_the_managed_marker() -> None:
@@ -156,7 +175,6 @@ def test_managed_labels_carry_identity_and_the_managed_marker() -> None:
         "gpucloud.attempt": "3",
         "gpucloud.replica": "1",
     }
-    assert policy.tenant_network_name("acme") == "gpucloud-tenant-acme"
 
 
 def test_service_ports_are_tcp_ports_and_their_variable_a_plain_name() -> None:

@@ -11,8 +11,8 @@ import pytest
 
 from inventory.drivers.base import Mount, RunAs, WorkloadSpec
 from inventory.drivers.policy import SpecRefused
-from inventory.drivers.process_runtime import ProcessRuntime
-from inventory.drivers.process_workdir import ROOT, host_environment
+from inventory.drivers.process import ProcessRuntime
+from inventory.drivers.process._workdir import ROOT, host_environment
 from inventory.drivers.storage import MARKER_FILE, StorageNotMounted
 from tests.inventory.drivers.conftest import new_spec, wait_for
 
@@ -22,16 +22,16 @@ TRAPS_USR1 = (
 
 
 @pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[ProcessRuntime]:
-    runtime = ProcessRuntime(tmp_path / "work", enabled=True)
+def runtime(workload_tmp: Path) -> Iterator[ProcessRuntime]:
+    runtime = ProcessRuntime(workload_tmp / "work", enabled=True)
     yield runtime
     for workload in runtime.list_managed():
         runtime.remove(workload.handle, timeout=5)
 
 
 @pytest.fixture
-def mounts(tmp_path: Path) -> tuple[Mount, ...]:
-    root = tmp_path / "storage"
+def mounts(workload_tmp: Path) -> tuple[Mount, ...]:
+    root = workload_tmp / "storage"
     dataset = root / "t1" / "datasets" / "d"
     dataset.mkdir(parents=True)
     (dataset / "readme").write_text("the data\n")
@@ -70,11 +70,12 @@ def test_the_volumes_are_laid_out_as_in_a_container_and_the_process_gets_host_pa
     checkpoint = f"{project.source}/.checkpoints/7"
     assert lines(runtime, handle) == [home.source, home.source, checkpoint, "/projects", "the data"]
     assert Path(home.source, "notes").read_text() == "hi\n"
-    assert os.stat(home.source).st_uid == os.geteuid(), "a process-runtime volume is the agent user's"
+    # A root agent gives the volume to the workload's user, as in a container; any other keeps it its own.
+    assert os.stat(home.source).st_uid == (1001 if os.geteuid() == 0 else os.geteuid())
 
 
 def test_removing_the_workload_keeps_its_volumes(runtime: ProcessRuntime, mounts: tuple[Mount, ...]) -> None:
-    handle = runtime.start(spec("echo kept > keep", mounts=mounts, workdir="/home/alice"))
+    handle = runtime.start(spec("echo kept > keep", mounts=mounts, workdir="/home/alice", run_as=RunAs(1001, 1001)))
     assert wait_for(lambda: runtime.poll(handle).state == "exited")
     runtime.remove(handle)
     assert not Path(handle["dir"]).exists()
@@ -104,10 +105,10 @@ def test_without_a_stop_signal_stop_sends_sigterm(runtime: ProcessRuntime) -> No
     assert lines(runtime, handle)[-1] == "got-term"
 
 
-def test_a_refused_sandbox_or_an_unmounted_share_runs_nothing(runtime: ProcessRuntime, tmp_path: Path) -> None:
+def test_a_refused_sandbox_or_an_unmounted_share_runs_nothing(runtime: ProcessRuntime, workload_tmp: Path) -> None:
     with pytest.raises(SpecRefused):
         runtime.start(spec("true", stop_signal="SIGKILL"))
-    share = tmp_path / "share"
+    share = workload_tmp / "share"
     share.mkdir()
     unmounted = Mount(str(share / "v"), "/projects/v", root=str(share), marker="m")
     with pytest.raises(StorageNotMounted, match=f"no marker at {share}/{MARKER_FILE}"):

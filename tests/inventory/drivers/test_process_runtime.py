@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,19 +13,20 @@ from typing import Any
 import httpx
 import pytest
 
-from inventory.drivers import run_health_check
+from inventory.drivers import policy, run_health_check
 from inventory.drivers.base import DriverTimeout, PermanentDriverError, Runtime, WorkloadSpec
 from inventory.drivers.policy import SpecRefused
-from inventory.drivers.process_runtime import ProcessRuntime
-from tests.inventory.drivers.conftest import new_spec, wait_for
+from inventory.drivers.process import ProcessRuntime
+from tests.inventory.drivers.conftest import TEST_INSTALLATION, new_spec, wait_for
+from tests.process_user import workload_python
 
 TRAPS_TERM = "trap 'echo bye; exit 0' TERM; echo ready; while :; do sleep 0.05; done"
 IGNORES_TERM = "trap '' TERM; echo ready; while :; do sleep 0.05; done"
 
 
 @pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[ProcessRuntime]:
-    runtime = ProcessRuntime(tmp_path / "work", enabled=True)
+def runtime(workload_tmp: Path) -> Iterator[ProcessRuntime]:
+    runtime = ProcessRuntime(workload_tmp / "work", enabled=True)
     yield runtime
     for workload in runtime.list_managed():
         runtime.remove(workload.handle, timeout=5)
@@ -48,9 +48,9 @@ def test_it_is_a_runtime() -> None:
     assert isinstance(ProcessRuntime(Path("/nonexistent"), enabled=False), Runtime)
 
 
-def test_a_disabled_runtime_refuses_every_call(tmp_path: Path) -> None:
-    runtime = ProcessRuntime(tmp_path, enabled=False)
-    handle = {"runtime": "process", "name": "gpucloud-w1-r0-a1"}
+def test_a_disabled_runtime_refuses_every_call(workload_tmp: Path) -> None:
+    runtime = ProcessRuntime(workload_tmp, enabled=False)
+    handle = {"runtime": "process", "name": policy.container_name(TEST_INSTALLATION, 1, 0, 1)}
     calls = [
         lambda: runtime.start(spec("true")),
         lambda: runtime.poll(handle),
@@ -64,7 +64,7 @@ def test_a_disabled_runtime_refuses_every_call(tmp_path: Path) -> None:
         with pytest.raises(PermanentDriverError) as refused:
             call()
         assert refused.value.code == "process_runtime_disabled"
-    assert list(tmp_path.iterdir()) == []
+    assert list(workload_tmp.iterdir()) == []
 
 
 def test_the_command_runs_with_only_its_environment_and_its_gpus(
@@ -143,10 +143,10 @@ def _state(pid: int) -> str:
         return "gone"
 
 
-def test_a_retried_start_adopts_the_running_workload(runtime: ProcessRuntime, tmp_path: Path) -> None:
+def test_a_retried_start_adopts_the_running_workload(runtime: ProcessRuntime, workload_tmp: Path) -> None:
     workload = spec("echo started; sleep 30")
     first = runtime.start(workload)
-    assert ProcessRuntime(tmp_path / "work", enabled=True).start(workload) == first
+    assert ProcessRuntime(workload_tmp / "work", enabled=True).start(workload) == first
     assert wait_for(lambda: texts(runtime, first) == ["started"])
     time.sleep(0.2)
     assert texts(runtime, first) == ["started"], "the command ran once"
@@ -156,20 +156,24 @@ def test_a_retried_start_adopts_the_running_workload(runtime: ProcessRuntime, tm
     assert conflict.value.code == "name_conflict"
 
 
-def test_concurrent_starts_run_the_command_once(runtime: ProcessRuntime, tmp_path: Path) -> None:
+def test_concurrent_starts_run_the_command_once(runtime: ProcessRuntime, workload_tmp: Path) -> None:
     workload = spec("echo started; sleep 30")
     with ThreadPoolExecutor(4) as pool:
-        handles = list(pool.map(lambda _: ProcessRuntime(tmp_path / "work", enabled=True).start(workload), range(4)))
+        handles = list(
+            pool.map(lambda _: ProcessRuntime(workload_tmp / "work", enabled=True).start(workload), range(4))
+        )
     assert all(handle == handles[0] for handle in handles)
     assert wait_for(lambda: texts(runtime, handles[0]) == ["started"])
     time.sleep(0.2)
     assert texts(runtime, handles[0]) == ["started"]
 
 
-def test_a_restarted_controller_finds_polls_and_stops_what_was_running(runtime: ProcessRuntime, tmp_path: Path) -> None:
+def test_a_restarted_controller_finds_polls_and_stops_what_was_running(
+    runtime: ProcessRuntime, workload_tmp: Path
+) -> None:
     handle = runtime.start(spec(TRAPS_TERM, replica=1, attempt=2))
     assert wait_for(lambda: "ready" in texts(runtime, handle))
-    restarted = ProcessRuntime(tmp_path / "work", enabled=True)
+    restarted = ProcessRuntime(workload_tmp / "work", enabled=True)
     [found] = restarted.list_managed()
     assert (found.name, found.state, found.attempt, found.replica, found.handle) == (
         handle["name"],
@@ -215,7 +219,12 @@ def test_remove_kills_and_forgets(runtime: ProcessRuntime) -> None:
 
 def test_health_check_reports_exit_code_and_output(runtime: ProcessRuntime) -> None:
     status = run_health_check(
-        runtime, image="ignored", command=["sh", "-c", "echo broken >&2; exit 3"], gpu_uuids=[], timeout=10
+        runtime,
+        installation="",
+        image="ignored",
+        command=["sh", "-c", "echo broken >&2; exit 3"],
+        gpu_uuids=[],
+        timeout=10,
     )
     assert (status.exit_code, status.message) == (3, "broken")
     assert runtime.list_managed() == []
@@ -224,11 +233,11 @@ def test_health_check_reports_exit_code_and_output(runtime: ProcessRuntime) -> N
 def test_info_says_not_isolated(runtime: ProcessRuntime) -> None:
     info = runtime.info()
     assert (info.kind, info.isolated, info.simulated) == ("process", False, False)
-    assert info.cpus == os.cpu_count() and info.memory_mb and info.memory_mb > 0
+    assert info.cpu_cores == os.cpu_count() and info.memory_mib and info.memory_mib > 0
 
 
 # A stdlib HTTP server on the port the runtime chose, serving a page that names it.
-SERVE = 'echo "served on $SERVE_PORT" > index.html && exec "$PY" -m http.server --bind 127.0.0.1 "$SERVE_PORT"'
+SERVE = 'echo "served on $SERVE_PORT" > index.html && exec $PY -m http.server --bind 127.0.0.1 "$SERVE_PORT"'
 
 
 def served(endpoint: str) -> str | None:
@@ -244,7 +253,9 @@ def serves(endpoint: str, page: str) -> bool:
 
 
 def server_spec(**extra: Any) -> WorkloadSpec:
-    return spec(SERVE, env={"PY": sys.executable}, service_port=8888, service_port_env="SERVE_PORT", **extra)
+    return spec(
+        SERVE, env={"PY": " ".join(workload_python())}, service_port=8888, service_port_env="SERVE_PORT", **extra
+    )
 
 
 def test_a_service_port_gets_a_free_loopback_port_that_answers_at_the_endpoint(runtime: ProcessRuntime) -> None:
@@ -254,11 +265,11 @@ def test_a_service_port_gets_a_free_loopback_port_that_answers_at_the_endpoint(r
         assert wait_for(functools.partial(serves, endpoint, f"served on {endpoint.rsplit(':', 1)[1]}\n"))
 
 
-def test_an_adopted_or_listed_workload_keeps_its_endpoint(runtime: ProcessRuntime, tmp_path: Path) -> None:
+def test_an_adopted_or_listed_workload_keeps_its_endpoint(runtime: ProcessRuntime, workload_tmp: Path) -> None:
     workload = server_spec(replica=1)
     handle = runtime.start(workload)
     assert wait_for(lambda: served(handle["endpoint"]) is not None)
-    restarted = ProcessRuntime(tmp_path / "work", enabled=True)
+    restarted = ProcessRuntime(workload_tmp / "work", enabled=True)
     assert restarted.start(workload) == handle
     assert [found.handle for found in restarted.list_managed()] == [handle]
     assert served(handle["endpoint"]) is not None, "adopting launched nothing new"

@@ -8,9 +8,9 @@ import pytest
 
 from inventory.drivers import make_probe, make_runtime
 from inventory.drivers.base import GpuProbe, PermanentDriverError, RemovableRuntime, Runtime
-from inventory.drivers.docker_runtime import DockerRuntime
-from inventory.drivers.nvml_probe import NvmlProbe
-from inventory.drivers.process_runtime import ProcessRuntime
+from inventory.drivers.docker import DockerRuntime
+from inventory.drivers.nvml import NvmlProbe
+from inventory.drivers.process import ProcessRuntime
 from inventory.drivers.simulated import SimulatedProbe, SimulatedRuntime
 
 

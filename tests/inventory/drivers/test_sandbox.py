@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from common.protocol.messages import ReplicaSpec
 from inventory.agent.executor import driver_spec
 from inventory.drivers import policy, sandbox
 from inventory.drivers.base import STOP_SIGNALS, Mount, RunAs, WorkloadSpec
-from inventory.drivers.docker_config import container_config
+from inventory.drivers.docker import container_config
 from inventory.drivers.policy import SpecRefused
 from tests.inventory.drivers.conftest import agent_spec, new_spec
 
@@ -92,14 +93,14 @@ def test_the_agent_turns_the_storage_keys_into_the_driver_spec() -> None:
         "workdir": "/home/alice",
         "stop_signal": "SIGUSR1",
     }
-    spec = driver_spec(message)
+    spec = driver_spec(ReplicaSpec.from_wire(message))
     assert spec.mounts == (HOME, dataclasses.replace(DATA, marker="m"))
     assert spec.run_as == RunAs(1001, 2001, (1001, 2000))
     assert (spec.workdir, spec.stop_signal, spec.image) == ("/home/alice", "SIGUSR1", "busybox")
 
 
 def test_a_message_without_the_storage_keys_keeps_the_old_behaviour() -> None:
-    spec = driver_spec(agent_spec("n1", 7, "acme", "busybox", ["true"]) | {"run_as": None})
+    spec = driver_spec(ReplicaSpec.from_wire(agent_spec("n1", 7, "acme", "busybox", ["true"]) | {"run_as": None}))
     assert (spec.mounts, spec.run_as, spec.workdir, spec.stop_signal) == ((), None, "", "SIGTERM")
 
 

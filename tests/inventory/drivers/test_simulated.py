@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from inventory.drivers import run_health_check, simulated, simulated_workloads
+from inventory.drivers import run_health_check, simulated
 from inventory.drivers.base import (
     DriverTimeout,
     GpuProbe,
@@ -21,6 +21,7 @@ from inventory.drivers.base import (
 )
 from inventory.drivers.policy import SpecRefused
 from inventory.drivers.simulated import SimulatedProbe, SimulatedRuntime, simulated_uuid
+from inventory.drivers.simulated import _workloads as simulated_workloads
 from tests.inventory.drivers.conftest import new_spec
 
 UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -161,7 +162,9 @@ def test_follow_waits_for_lines_until_the_end(node: str) -> None:
 
 
 def test_health_checks_finish_at_once(node: str) -> None:
-    status = run_health_check(SimulatedRuntime(node), image="busybox", command=["true"], gpu_uuids=[], timeout=5)
+    status = run_health_check(
+        SimulatedRuntime(node), installation="", image="busybox", command=["true"], gpu_uuids=[], timeout=5
+    )
     assert (status.state, status.exit_code) == ("exited", 0)
 
 
@@ -178,9 +181,9 @@ def test_gpu_uuids_are_deterministic_per_node_and_well_formed(node: str) -> None
 
 
 def test_inventory_describes_the_model_and_a_node_without_gpus_has_none(node: str) -> None:
-    inventory = SimulatedProbe(node, gpu_count=2, model="NVIDIA A100-SXM4-40GB", memory_mb=40960).inventory()
+    inventory = SimulatedProbe(node, gpu_count=2, model="NVIDIA A100-SXM4-40GB", memory_mib=40960).inventory()
     assert inventory.available and inventory.driver_version and inventory.cuda_version
-    assert [(g.index, g.model, g.memory_mb) for g in inventory.gpus] == [
+    assert [(g.index, g.model, g.memory_mib) for g in inventory.gpus] == [
         (0, "NVIDIA A100-SXM4-40GB", 40960),
         (1, "NVIDIA A100-SXM4-40GB", 40960),
     ]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from inventory.drivers import storage, storage_paths
+from inventory.drivers import storage
 from inventory.drivers.base import Mount, RunAs
 from inventory.drivers.storage import (
     MARKER_FILE,
@@ -23,8 +23,10 @@ from inventory.drivers.storage import (
     Storage,
     StorageNotMounted,
     TooLarge,
+    split_relative,
 )
-from inventory.drivers.storage_paths import MAX_DEPTH, split_relative
+from inventory.drivers.storage import _paths as storage_paths
+from inventory.drivers.storage._paths import MAX_DEPTH
 
 # Giving files to another uid needs root: without it these fail, never skip.
 ROOT_ONLY = pytest.mark.usefixtures("as_root")

@@ -26,7 +26,7 @@ import pytest
 
 from inventory.drivers import storage
 from inventory.drivers.base import Mount, RunAs
-from inventory.drivers.docker_runtime import DockerRuntime
+from inventory.drivers.docker import DockerRuntime
 from inventory.drivers.storage import MARKER_FILE, StorageNotMounted
 from tests.inventory.drivers.conftest import SpecFactory, wait_for
 

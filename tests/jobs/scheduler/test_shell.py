@@ -58,7 +58,7 @@ def _workload(
 
 
 def _node(world: World, name: str, gpus: int, **kwargs: Any) -> None:
-    make_node(Actor(user=world.operator), world.pool, name=name, gpus=gpus, cpu_cores=64, memory_mb=512_000, **kwargs)
+    make_node(Actor(user=world.operator), world.pool, name=name, gpus=gpus, cpu_cores=64, memory_mib=512_000, **kwargs)
 
 
 def _state(workload: Workload) -> str:

@@ -57,6 +57,7 @@ def _field_rows(d: WorkloadDetail, console_url: str) -> list[tuple[str, Any]]:
         ("State", state_text(d.state)),
         ("Reason", f"{d.reason_code}: {d.reason_message}" if d.reason_code else d.reason_message),
         ("Hint", d.reason_hint),
+        ("Actions", ", ".join(d.actions)),  # the console's answer: the CLI never decides them itself
         ("Queue position", d.queue_position if waiting else None),
         (
             "Expected start",

@@ -33,6 +33,7 @@ _FLAG_FIELDS = {
     "replicas": "replicas",
     "cpu": "cpu_milli",
     "memory": "memory_mib",
+    "shm": "shm_mib",
     "priority": "priority_class",
     "max_runtime": "max_runtime_seconds",
     "requeue_limit": "requeue_limit",
@@ -54,6 +55,7 @@ _FLAG_FIELDS = {
 @click.option("--gpu-model", "gpu_models", multiple=True, metavar="MODEL", help="Acceptable GPU model (repeatable).")
 @click.option("--cpu", type=int, metavar="MILLI", help="CPU per replica in thousandths of a core (default 1000).")
 @click.option("--memory", type=int, metavar="MIB", help="Memory per replica in MiB (default 4096).")
+@click.option("--shm", type=int, metavar="MIB", help="Shared memory per replica in MiB, at most --memory (default 64).")
 @click.option("--priority", type=click.Choice(("low", "normal", "high")), help="Priority class.")
 @click.option("--max-runtime", type=int, metavar="SECONDS", help="Stop it after this long (default: the quota's).")
 @click.option("--requeue-limit", type=int, metavar="N", help="Times it is queued again after preemption or loss.")
