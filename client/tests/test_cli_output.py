@@ -181,6 +181,9 @@ def test_describe_says_why_it_waits_and_how_it_launches() -> None:
     assert "Hint Wait, or ask an admin to raise the limit. Actions cancel Queue position 3" in page
     assert "Command python train.py --note 'two words'" in page
     assert "GPUs 2x4 (any model) CPU / memory 1.5 CPU, 8192 MiB per replica" in page
+    assert "Shared memory runtime default (Docker: 64 MiB)" in page
+    with_shm = rendered(describe_view(WorkloadDetail.from_json({**DETAIL, "shm_mib": 2048}), "http://console.test"))
+    assert "Shared memory 2048 MiB per replica" in " ".join(with_shm.split())
     assert "Launch steps ✓ Queued > Placed on a node waiting for quota · Image pulled" in page
     assert "workload.submitted → pending" in page
 

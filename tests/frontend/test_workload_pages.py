@@ -271,6 +271,10 @@ def test_a_preset_fills_the_form_and_the_launch_keeps_it(team: World) -> None:
     launched = Workload.all_tenants.get(name="pytorch-notebook")
     assert (launched.preset_id, launched.idle_timeout_seconds, launched.memory_mib) == (preset.pk, 1800, 16384)
     assert launched.shm_mib == 8192
+    page = client.get(f"{LIST}{launched.pk}/").content.decode()
+    assert '<th scope="row">Shared memory</th><td>8 GiB per replica</td>' in page
+    presets = logged_in("admin_a").get("/t/tenant-a/presets/").content.decode()
+    assert "16384 MiB (shm 8192 MiB)" in presets
     # Another tenant's preset, or one deleted meanwhile, is refused on the page, not launched.
     response = client.post(LAUNCH, {**form, "name": "again", "preset": 999_999})
     assert response.status_code == 400 and "That launch preset is gone" in response.content.decode()
