@@ -32,7 +32,7 @@ from inventory.models import StorageBackend, Volume
 from tenants.choices import Role
 from tenants.context import Actor
 from tenants.models import Project, Tenant
-from tenants.scoping import tenant_scope
+from tenants.scoping import tenant_id_scope, tenant_scope
 from tenants.services.access import require_role
 
 _SAFE_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,63}")
@@ -131,7 +131,9 @@ def _rights(actor: Actor, role: Role, projects: set[int], volume: Volume) -> Rig
             raise Http404("No such volume.")
         return Rights(read=own, write=own and writer)
     admin = role.at_least(Role.ADMIN)
-    shares = {share.project_id: share.read_only for share in volume.shares.all()}
+    # The volume's own tenant scopes its shares, whatever scope the caller is in (prefetched shares cost nothing).
+    with tenant_id_scope(volume.tenant_id):
+        shares = {share.project_id: share.read_only for share in volume.shares.all()}
     owning = volume.project_id in projects
     shared = projects & set(shares)
     if not (admin or owning or shared):

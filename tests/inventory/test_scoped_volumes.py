@@ -82,3 +82,18 @@ def test_a_volumes_rights_follow_the_actors_projects_in_its_own_tenant(in_both: 
         assign(world.member_a, world.project_a)
         rights = volume_rights(actor(world.member_a), alpha)
     assert (rights.read, rights.write) == (True, True)
+
+
+def test_a_volumes_shares_grant_rights_under_no_scope_or_another_tenants(in_both: World) -> None:
+    world = in_both
+    admin = actor(world.admin_a)
+    gamma = Project.all_tenants.create(tenant=world.tenant_a, slug="gamma", name="Gamma")
+    data = create_volume(actor=admin, tenant=world.tenant_a, kind="project", name="data", project=gamma)
+    share_volume(actor=admin, volume=data, project=world.project_a, read_only=False)
+    assign(world.member_a, world.project_a)
+    fresh = Volume.all_tenants.get(pk=data.pk)  # no prefetched shares: they are read in the volume's own tenant
+    rights = [volume_rights(actor(world.member_a), fresh)]
+    with tenant_scope(world.tenant_b):
+        rights.append(volume_rights(actor(world.member_a), Volume.all_tenants.get(pk=data.pk)))
+        assert active_tenant_id() == world.tenant_b.pk
+    assert [(r.read, r.write) for r in rights] == [(True, True), (True, True)]
