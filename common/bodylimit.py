@@ -21,6 +21,7 @@ The limits are settings (BODY_LIMIT_*); the answers use the API's error envelope
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import time
@@ -102,16 +103,52 @@ def _session_key(scope: Scope) -> str | None:
     return morsel.value if morsel is not None else None
 
 
+def _bodiless(scope: Scope, declared: int | None) -> bool:
+    """Whether the request can carry no body: HTTP/1.x frames one only by Content-Length or Transfer-Encoding
+    (RFC 9112, 6.3), so a request with neither has none (HTTP/2 needs neither: it is never taken as bodiless)."""
+    http1 = str(scope.get("http_version", "1.1")).startswith("1")
+    return declared is None and http1 and b"transfer-encoding" not in _headers(scope)
+
+
+# Principals recently recognised, by a digest of their credentials: the limit's lookup is a thread hop and a
+# query, and every large request of a client would repeat it. Only a yes is kept, for PRINCIPAL_MEMORY_SECONDS:
+# credentials revoked meanwhile may still send the larger limit that long, and are refused by the
+# authentication behind as always.
+PRINCIPAL_MEMORY_SECONDS = 10.0
+_PRINCIPAL_MEMORY_SIZE = 4096
+_principals: dict[bytes, float] = {}
+
+
+def _credentials_digest(authorization: str, session_key: str | None) -> bytes:
+    return hashlib.sha256(f"{authorization}\0{session_key or ''}".encode()).digest()
+
+
+def _remembered(digest: bytes) -> bool:
+    expires = _principals.get(digest)
+    return expires is not None and expires > time.monotonic()
+
+
+def _remember(digest: bytes) -> None:
+    if len(_principals) >= _PRINCIPAL_MEMORY_SIZE:
+        _principals.clear()  # bounded: a flood of distinct credentials costs lookups, never memory
+    _principals[digest] = time.monotonic() + PRINCIPAL_MEMORY_SECONDS
+
+
 async def request_limit(scope: Scope, declared: int | None) -> int:
     """Return the most bytes this request may send: the route's for a principal, else the anonymous limit."""
     anonymous = int(settings.BODY_LIMIT_ANONYMOUS)
-    if declared is not None and declared <= anonymous:
-        return anonymous  # small enough for anyone: no lookup needed
+    if (declared is not None and declared <= anonymous) or _bodiless(scope, declared):
+        return anonymous  # small enough for anyone, or no body at all: no lookup needed
     authorization = _headers(scope).get(b"authorization", b"").decode("latin-1")
-    # The check names apps (tokens, node credentials): the setting points at it, as common imports no app.
-    is_principal = import_string(settings.BODY_LIMIT_PRINCIPAL_CHECK)
-    known = await database_sync_to_async(is_principal)(authorization, _session_key(scope))
-    return route_limit(scope.get("method", ""), scope.get("path", "")) if known else anonymous
+    session_key = _session_key(scope)
+    digest = _credentials_digest(authorization, session_key)
+    if not _remembered(digest):
+        # The check names apps (tokens, node credentials): the setting points at it, as common imports no app.
+        is_principal = import_string(settings.BODY_LIMIT_PRINCIPAL_CHECK)
+        if not await database_sync_to_async(is_principal)(authorization, session_key):
+            return anonymous
+        _remember(digest)
+    return route_limit(scope.get("method", ""), scope.get("path", ""))
 
 
 class BodyGuard:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from common import bodylimit
 from common.asgitypes import Message
 from tests.asgi_drive import answer, http_scope
 from tests.conftest import World
@@ -60,9 +61,16 @@ def request(
     query: bytes = b"",
 ) -> tuple[int, dict[str, Any]]:
     """Send the request through the real ASGI app; return its status and JSON body (a test fails past 20 s)."""
-    length = [] if chunked else [(b"content-length", str(client.size).encode())]
+    # As an HTTP/1.1 server passes them on: a chunked body says so, a sized one gives its length.
+    length = [(b"transfer-encoding", b"chunked")] if chunked else [(b"content-length", str(client.size).encode())]
     status, body = answer(http_scope(method, path, [*length, *(headers or [])], query), client.receive)
     return status, json.loads(body) if body.startswith(b"{") else {}
+
+
+@pytest.fixture(autouse=True)
+def no_principal_remembered() -> None:
+    """Each test starts with no principal remembered from another (common.bodylimit._principals)."""
+    bodylimit._principals.clear()
 
 
 @pytest.fixture
@@ -199,3 +207,55 @@ def test_an_upload_that_stalls_midway_times_out_and_leaves_no_partial_file(
     status, body = request("PUT", path, client, headers=headers, query=b"path=half.bin")
     assert status == 408 and body["error"]["code"] == "timeout"
     assert list(directory.rglob("*")) == [] and list(upload_dir.iterdir()) == []
+
+
+@pytest.fixture
+def lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every principal lookup the body limit makes, by Authorization header (the real check still answers)."""
+    from gpucloud.credentials import has_valid_credentials
+
+    seen: list[str] = []
+
+    def counted(authorization: str, session_key: str | None) -> bool:
+        seen.append(authorization)
+        return has_valid_credentials(authorization, session_key)
+
+    monkeypatch.setattr(bodylimit, "import_string", lambda _path: counted)
+    return seen
+
+
+def test_a_request_with_no_body_costs_no_lookup(world: World, settings: Any, lookups: list[str]) -> None:
+    secret = token_for(world.member_a, world.tenant_a, "member")
+    headers = [(b"authorization", f"Bearer {secret}".encode())]
+    asked: list[Message] = []
+
+    async def no_body() -> Message:
+        if asked:
+            await asyncio.sleep(3600)
+        asked.append({"type": "http.request", "body": b"", "more_body": False})
+        return asked[0]
+
+    status, _ = answer(http_scope("GET", "/api/v1/tenants/tenant-a/", headers), no_body)
+    assert status == 200 and lookups == []
+    # A body that comes anyway without Content-Length or Transfer-Encoding is held to the anonymous limit.
+    client = Client(GIGABYTE)
+    status, _ = answer(http_scope("POST", "/api/v1/me/", headers), client.receive)
+    assert status == 413 and client.sent <= settings.BODY_LIMIT_ANONYMOUS + CHUNK and lookups == []
+
+
+def test_a_recognised_principal_is_remembered_briefly_and_a_stranger_never(
+    world: World, settings: Any, lookups: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = token_for(world.member_a, world.tenant_a, "member")
+    mine = [(b"authorization", f"Bearer {secret}".encode())]
+    forged = [(b"authorization", b"Bearer gpc_forged")]
+    big = settings.BODY_LIMIT_ANONYMOUS * 2
+    for _ in range(3):
+        assert request("POST", "/api/v1/me/", Client(big), headers=mine)[0] != 413
+        assert request("POST", "/api/v1/me/", Client(big), headers=forged)[0] == 413
+    assert lookups == [f"Bearer {secret}", "Bearer gpc_forged", "Bearer gpc_forged", "Bearer gpc_forged"]
+    monkeypatch.setattr(bodylimit, "PRINCIPAL_MEMORY_SECONDS", 0.0)
+    bodylimit._principals.clear()
+    for _ in range(2):
+        assert request("POST", "/api/v1/me/", Client(big), headers=mine)[0] != 413
+    assert lookups[4:] == [f"Bearer {secret}"] * 2, "past its time a principal is looked up again"
