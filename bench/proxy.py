@@ -42,7 +42,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests.process_user import reachable_dir  # noqa: E402 -- from this checkout (sys.path above)
+
 SCRATCH = Path(tempfile.mkdtemp(prefix="gpucloud-bench-proxy-"))
+# What the notebook server's user reaches (it is not root's when the bench runs as root): tests/process_user.py.
+WORKLOAD_DIR = reachable_dir()
 if not os.environ.get("DATABASE_URL"):
     (SCRATCH / "data").mkdir()
     os.environ["GPUCLOUD_DATA_DIR"] = str(SCRATCH / "data")
@@ -128,13 +132,19 @@ def _start_jupyter(workload_id: int, size_mb: int) -> tuple[Any, dict[str, Any]]
     from inventory.drivers.base import WorkloadSpec
     from inventory.drivers.process import ProcessRuntime
     from jobs.services.execution import container_name
+    from tests.process_user import workload_python
 
-    root = SCRATCH / "notebooks"
-    root.mkdir()
+    # As root the runtime runs the server as an unprivileged user (tests/process_user.py): its interpreter,
+    # files and work directory must be reachable for that user.
+    root = WORKLOAD_DIR / "notebooks"
+    root.mkdir(mode=0o755)
     (root / FILE).write_bytes(os.urandom(size_mb * 1024 * 1024))
-    runtime = ProcessRuntime(SCRATCH / "agent", enabled=True)
+    (root / FILE).chmod(0o644)
+    agent = WORKLOAD_DIR / "agent"
+    agent.mkdir(mode=0o711)
+    runtime = ProcessRuntime(agent, enabled=True)
     command = [
-        sys.executable,
+        *workload_python(),
         "-m",
         "jupyter_server",
         f"--ServerApp.base_url=/notebooks/{workload_id}/",
@@ -355,6 +365,7 @@ def main() -> None:
         if runtime is not None and handle is not None:
             runtime.remove(handle, timeout=10)
         shutil.rmtree(SCRATCH, ignore_errors=True)
+        shutil.rmtree(WORKLOAD_DIR, ignore_errors=True)
     print(json.dumps(results, indent=2))
 
 
