@@ -76,7 +76,10 @@ def _field_rows(d: WorkloadDetail, console_url: str) -> list[tuple[str, Any]]:
         ("Env", [f"{k}={v}" for k, v in sorted(d.env.items())]),
         ("GPUs", f"{gpus_text(d.gpus_per_replica, d.replicas)} ({', '.join(d.gpu_models) or 'any model'})"),
         ("CPU / memory", f"{d.cpu_milli / 1000:g} CPU, {d.memory_mib} MiB per replica"),
-        ("Shared memory", f"{d.shm_mib} MiB per replica" if d.shm_mib is not None else "runtime default (Docker: 64 MiB)"),
+        (
+            "Shared memory",
+            f"{d.shm_mib} MiB per replica" if d.shm_mib is not None else "runtime default (Docker: 64 MiB)",
+        ),
         ("Priority", d.priority_class),
         ("Max runtime", f"{d.max_runtime_seconds} s" if d.max_runtime_seconds else None),
         ("Submitted", d.submitted_at),
