@@ -128,7 +128,7 @@ def _calls(asked: dict[str, Any]) -> dict[str, tuple[str, Callable[[], object]]]
     minute = int(now.timestamp()) // 60 * 60
     pending = WorkloadState.PENDING.value
     gone = [NodeState.RETIRED.value, NodeState.FAILED.value]
-    sample = {"utilization": 50.0, "memory_used_mb": 1000, "power_w": 300.0}
+    sample = {"utilization": 50.0, "memory_used_mib": 1000, "power_w": 300.0}
     return {
         "allowed_image_rows (3 tenants)": (JOBS_SQL, lambda: fast_sql.allowed_image_rows(asked["tenants"])),
         "quota_limits (32 pairs, locked)": (JOBS_SQL, lambda: fast_sql.quota_limits(asked["pairs"], lock=True)),

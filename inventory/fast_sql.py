@@ -53,18 +53,18 @@ MINUTE_FIELDS = (
     "samples",
     "utilization_sum",
     "utilization_max",
-    "memory_used_max_mb",
+    "memory_used_max_mib",
     "power_samples",
     "power_sum",
     "temperature_max",
 )
 # How a merge combines a partial with the minute already stored: these add up, the others take the greater.
 _ADDED = ("samples", "utilization_sum", "power_samples", "power_sum")
-_GREATEST = ("utilization_max", "memory_used_max_mb", "temperature_max")
-_SAMPLE_FIELDS = ("utilization", "memory_used_mb", "last_sample")
+_GREATEST = ("utilization_max", "memory_used_max_mib", "temperature_max")
+_SAMPLE_FIELDS = ("utilization", "memory_used_mib", "last_sample")
 
 Sample = tuple[float | None, int | None, dict[str, Any]]
-"""(utilization, memory used in MB, the sample as reported) of one GPU."""
+"""(utilization, memory used in MiB, the sample as reported) of one GPU."""
 
 
 def _db_type(model: type[Model], name: str | None = None) -> str:
@@ -113,7 +113,7 @@ def store_gpu_samples(latest: Mapping[int, Sample], at: datetime) -> None:
 def _store_gpu_samples_by_orm(latest: Mapping[int, Sample], at: datetime) -> None:
     """The framework's path to `store_gpu_samples`' rows: one `bulk_update`."""
     changed = [
-        Gpu(pk=gpu_id, utilization=utilization, memory_used_mb=memory, last_sample=sample, last_sample_at=at)
+        Gpu(pk=gpu_id, utilization=utilization, memory_used_mib=memory, last_sample=sample, last_sample_at=at)
         for gpu_id, (utilization, memory, sample) in latest.items()
     ]
     Gpu.objects.bulk_update(changed, [*_SAMPLE_FIELDS, "last_sample_at"])

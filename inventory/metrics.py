@@ -67,8 +67,8 @@ def _sampled(key: str) -> Callable[[Row], float | None]:
 
 
 def _framebuffer_free(row: Row) -> float | None:
-    total = _number((row["last_sample"] or {}).get("memory_total_mb")) or _number(row["memory_mib"]) or None
-    used = _number(row["memory_used_mb"])
+    total = _number((row["last_sample"] or {}).get("memory_total_mib")) or _number(row["memory_mib"]) or None
+    used = _number(row["memory_used_mib"])
     return None if total is None or used is None else max(total - used, 0.0)
 
 
@@ -82,7 +82,7 @@ def _last_xid(row: Row) -> float | None:
 READINGS: tuple[_Reading, ...] = (
     _Reading("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda row: _number(row["utilization"])),
     _Reading("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", _sampled("utilization_memory")),
-    _Reading("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda row: _number(row["memory_used_mb"])),
+    _Reading("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda row: _number(row["memory_used_mib"])),
     _Reading("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", _framebuffer_free),
     _Reading("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", _sampled("power_w")),
     _Reading("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", _sampled("temperature_c")),
@@ -119,7 +119,7 @@ def fresh_gpu_readings(*, now: datetime) -> list[Row]:
             "model",
             "memory_mib",
             "utilization",
-            "memory_used_mb",
+            "memory_used_mib",
             "last_sample",
             "node__name",
             "node__pool__name",

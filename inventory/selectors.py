@@ -142,7 +142,7 @@ def _minute_rows(rows: Iterable[tuple[Any, datetime, int, float, float, int | No
     return {key: sorted(minutes.values()) for key, minutes in grouped.items()}
 
 
-_ROW_FIELDS = ("minute", "samples", "utilization_sum", "utilization_max", "memory_used_max_mb")
+_ROW_FIELDS = ("minute", "samples", "utilization_sum", "utilization_max", "memory_used_max_mib")
 
 
 def gpu_minutes_in(windows: Iterable[tuple[int, datetime, datetime | None]]) -> dict[int, list[MinuteRow]]:

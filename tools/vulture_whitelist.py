@@ -235,7 +235,7 @@ _.available  # unused variable (inventory/drivers/base.py:372)
 _.driver_version  # unused variable (inventory/drivers/base.py:374)
 _.cuda_version  # unused variable (inventory/drivers/base.py:375)
 _.utilization_memory  # unused variable (inventory/drivers/base.py:398)
-_.memory_total_mb  # unused variable (inventory/drivers/base.py:400)
+_.memory_total_mib  # unused variable (inventory/drivers/base.py:406)
 _.sm_clock_mhz  # unused variable (inventory/drivers/base.py:403)
 _.xid_events  # unused variable (inventory/drivers/base.py:406)
 _.__getattr__  # unused function (inventory/drivers/process/__init__.py:28): a module's PEP 562 hook, called by Python

@@ -267,7 +267,7 @@ def test_top_rows_one_per_gpu_with_its_newest_sample() -> None:
         }
     )
     model = TopModel(owner="ada", workloads={5: detail})
-    sample = {"uuid": "GPU-a", "index": 0, "utilization_gpu": 87, "memory_used_mb": 40960, "memory_total_mb": 81920}
+    sample = {"uuid": "GPU-a", "index": 0, "utilization_gpu": 87, "memory_used_mib": 40960, "memory_total_mib": 81920}
     model.take(GpuBatch.from_json({"node": "n1", "at": 0, "gpus": [{**sample, "power_w": 301.4, "temperature_c": 64}]}))
 
     page = rendered(model.render("acme"))

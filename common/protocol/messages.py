@@ -343,7 +343,7 @@ class GpuProcessReading(Record):
     """A process on a GPU: the driver's `GpuProcess`."""
 
     pid: int = bounded(hi=2**31 - 1)
-    used_memory_mb: int | None
+    used_memory_mib: int | None
 
 
 @record
@@ -355,8 +355,8 @@ class GpuReading(Record):
     timestamp: float = bounded(lo=0, hi=2**40)
     utilization_gpu: float | None = None
     utilization_memory: float | None = None
-    memory_used_mb: int | None = None
-    memory_total_mb: int | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
     temperature_c: float | None = None
     power_w: float | None = None
     sm_clock_mhz: int | None = None
@@ -372,11 +372,15 @@ class Heartbeat(Message):
     """An agent's heartbeat, posted to the controller's mailbox (`inventory.mailbox`), not run as a task.
 
     `samples`: the latest reading of each GPU; `history`: every reading since the last report that got
-    through, per GPU UUID, as `[timestamp, utilization_gpu, memory_used_mb, power_w, temperature_c]`.
+    through, per GPU UUID, as `[timestamp, utilization_gpu, memory_used_mib, power_w, temperature_c]`.
+
+    Version 2: a reading's memory is `memory_used_mib` and `memory_total_mib`, and a process's
+    `used_memory_mib`, the names of the unit they always were in (version 1 had `memory_used_mb`,
+    `memory_total_mb` and `used_memory_mb`).
     """
 
     TASK: ClassVar[str] = "heartbeat"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
 
     node: str = bounded(default="", max_len=NAME)
     agent_version: str = bounded(default="", max_len=NAME)
@@ -387,10 +391,13 @@ class Heartbeat(Message):
 
 @record
 class LiveSamples(Message):
-    """The latest GPU readings of a node, for its live views (the channel layer), not run as a task."""
+    """The latest GPU readings of a node, for its live views (the channel layer), not run as a task.
+
+    Version 2: the readings' memory fields are in MiB by name, as `Heartbeat`'s version 2 says.
+    """
 
     TASK: ClassVar[str] = "samples"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
 
     samples: list[GpuReading] = bounded(max_len=1024)
 

@@ -28,7 +28,7 @@ from tenants.context import Actor
 
 # The per-minute history a chart starts with.
 HISTORY = timedelta(hours=1)
-SAMPLE_FIELDS = ("uuid", "index", "utilization_gpu", "memory_used_mb", "memory_total_mb", "power_w", "temperature_c")
+SAMPLE_FIELDS = ("uuid", "index", "utilization_gpu", "memory_used_mib", "memory_total_mib", "power_w", "temperature_c")
 
 
 def slim(sample: dict[str, Any]) -> dict[str, Any]:

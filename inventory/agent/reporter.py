@@ -34,7 +34,7 @@ Report = dict[str, Any]
 SendReport = Callable[[Report], None]
 Publish = Callable[[str, list[dict[str, Any]]], None]
 HistoryPoint = tuple[float, float, int | None, float | None, float | None]
-"""One sample in a report's history: (timestamp, utilization_gpu, memory_used_mb, power_w, temperature_c)."""
+"""One sample in a report's history: (timestamp, utilization_gpu, memory_used_mib, power_w, temperature_c)."""
 
 # Ten minutes of 1 Hz samples of 8 GPUs is about 200 KB of JSON: a report that size still goes through.
 MAX_BACKLOG_SECONDS = 600.0
@@ -49,7 +49,7 @@ def history_point(sample: GpuSample) -> HistoryPoint | None:
     """Return the history entry of `sample`, or None when it has no utilization reading (a lost GPU)."""
     if sample.lost or sample.utilization_gpu is None:
         return None
-    return (sample.timestamp, sample.utilization_gpu, sample.memory_used_mb, sample.power_w, sample.temperature_c)
+    return (sample.timestamp, sample.utilization_gpu, sample.memory_used_mib, sample.power_w, sample.temperature_c)
 
 
 class Reporter:

@@ -18,8 +18,8 @@ LIVE_SAMPLE_FIELDS = (
     "index",
     "timestamp",
     "utilization_gpu",
-    "memory_used_mb",
-    "memory_total_mb",
+    "memory_used_mib",
+    "memory_total_mib",
     "power_w",
     "temperature_c",
 )

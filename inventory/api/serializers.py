@@ -162,7 +162,7 @@ class GpuSerializer(serializers.ModelSerializer):
         model = Gpu
         fields = [
             "node", "index", "uuid", "model", "memory_mib", "mig_mode", "health", "health_reason",
-            "health_changed_at", "utilization", "memory_used_mb", "last_sample", "last_sample_at",
+            "health_changed_at", "utilization", "memory_used_mib", "last_sample", "last_sample_at",
         ]  # fmt: skip
         read_only_fields = fields
 

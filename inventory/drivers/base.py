@@ -386,7 +386,7 @@ class GpuInventory:
 @dataclass(frozen=True)
 class GpuProcess:
     pid: int
-    used_memory_mb: int | None
+    used_memory_mib: int | None
 
 
 @dataclass(frozen=True)
@@ -402,8 +402,8 @@ class GpuSample:
     timestamp: float
     utilization_gpu: float | None = None
     utilization_memory: float | None = None
-    memory_used_mb: int | None = None
-    memory_total_mb: int | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
     temperature_c: float | None = None
     power_w: float | None = None
     sm_clock_mhz: int | None = None

@@ -143,7 +143,7 @@ class Gpu(models.Model):
     health_reason = models.TextField(blank=True, max_length=2000)
     health_changed_at = models.DateTimeField(null=True, blank=True)
     utilization = models.FloatField(null=True, blank=True)
-    memory_used_mb = models.PositiveIntegerField(null=True, blank=True)
+    memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
     last_sample = models.JSONField(null=True, blank=True)
     last_sample_at = models.DateTimeField(null=True, blank=True)
 
@@ -191,7 +191,7 @@ class GpuMinute(models.Model):
     samples = models.PositiveIntegerField()
     utilization_sum = models.FloatField()
     utilization_max = models.FloatField()
-    memory_used_max_mb = models.PositiveIntegerField(null=True, blank=True)
+    memory_used_max_mib = models.PositiveIntegerField(null=True, blank=True)
     power_samples = models.PositiveIntegerField(default=0)
     power_sum = models.FloatField(default=0.0)
     temperature_max = models.FloatField(null=True, blank=True)

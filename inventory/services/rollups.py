@@ -1,7 +1,7 @@
 """Per-minute GPU rollups: the sample history agents report, merged into `GpuMinute`, and its retention.
 
 A report carries every sample its node took since its previous report, as
-`"history": {uuid: [[timestamp, utilization_gpu, memory_used_mb, power_w,
+`"history": {uuid: [[timestamp, utilization_gpu, memory_used_mib, power_w,
 temperature_c], ...]}` (timestamps in seconds since the epoch, node clock).
 Reports without a history (simulated nodes' heartbeats, older agents)
 contribute their latest samples instead.
@@ -44,7 +44,7 @@ class MinutePartial:
     samples: int = 0
     utilization_sum: float = 0.0
     utilization_max: float = 0.0
-    memory_used_max_mb: int | None = None
+    memory_used_max_mib: int | None = None
     power_samples: int = 0
     power_sum: float = 0.0
     temperature_max: float | None = None
@@ -53,8 +53,8 @@ class MinutePartial:
         self.utilization_max = utilization if self.samples == 0 else max(self.utilization_max, utilization)
         self.samples += 1
         self.utilization_sum += utilization
-        if memory is not None and (self.memory_used_max_mb is None or memory > self.memory_used_max_mb):
-            self.memory_used_max_mb = memory
+        if memory is not None and (self.memory_used_max_mib is None or memory > self.memory_used_max_mib):
+            self.memory_used_max_mib = memory
         if power is not None:
             self.power_samples += 1
             self.power_sum += power
@@ -75,7 +75,7 @@ def _finite(value: Any) -> bool:
 
 
 def parse_point(raw: Any) -> tuple[float, float, int | None, float | None, float | None] | None:
-    """Return a history entry as (timestamp, utilization, memory MB, power W, temperature C), or None if malformed.
+    """Return a history entry as (timestamp, utilization, memory MiB, power W, temperature C), or None if malformed.
 
     The timestamp must be finite and utilization a percentage (0 to 100);
     other readings that are missing, negative or not numbers count as unknown.
@@ -104,7 +104,7 @@ def report_history(report: Mapping[str, Any]) -> dict[str, list[Any]]:
             [
                 sample.get("timestamp"),
                 sample.get("utilization_gpu"),
-                sample.get("memory_used_mb"),
+                sample.get("memory_used_mib"),
                 sample.get("power_w"),
                 sample.get("temperature_c"),
             ]
@@ -202,7 +202,7 @@ def merge_minutes(partials: Partials) -> None:
             p.samples,
             p.utilization_sum,
             p.utilization_max,
-            p.memory_used_max_mb,
+            p.memory_used_max_mib,
             p.power_samples,
             p.power_sum,
             p.temperature_max,

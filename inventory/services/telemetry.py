@@ -77,7 +77,7 @@ def _apply_samples(
             if gpu is None or gpu.node_id != nodes[report["node"]].pk:
                 continue
             rows.append(
-                (_number(sample.get("utilization_gpu")), _integer(sample.get("memory_used_mb")), sample, gpu.id)
+                (_number(sample.get("utilization_gpu")), _integer(sample.get("memory_used_mib")), sample, gpu.id)
             )
             if worsens(gpu.health, assess_sample(sample)):
                 faults.append((gpu, sample))

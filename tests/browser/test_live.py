@@ -127,8 +127,8 @@ def sample(uuid: str, index: int, utilization: float) -> dict[str, Any]:
         index=index,
         timestamp=time.time(),
         utilization_gpu=utilization,
-        memory_used_mb=4096 + index,
-        memory_total_mb=81559,
+        memory_used_mib=4096 + index,
+        memory_total_mib=81559,
         temperature_c=50.0,
         power_w=300.0,
     )

@@ -28,7 +28,15 @@ from tests.jobs.factories import add_node, ready_world, request, run_pass_now
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_live_layer")]
 fresh_live_layer = live.fresh_live_layer
 
-PROTOCOL_FIELDS = {"uuid", "index", "utilization_gpu", "memory_used_mb", "memory_total_mb", "power_w", "temperature_c"}
+PROTOCOL_FIELDS = {
+    "uuid",
+    "index",
+    "utilization_gpu",
+    "memory_used_mib",
+    "memory_total_mib",
+    "power_w",
+    "temperature_c",
+}
 
 
 def _samples(node: str, count: int, utilization: float) -> list[dict[str, Any]]:
@@ -39,8 +47,8 @@ def _samples(node: str, count: int, utilization: float) -> list[dict[str, Any]]:
                 index=i,
                 timestamp=time.time(),
                 utilization_gpu=utilization + i,
-                memory_used_mb=1000 + i,
-                memory_total_mb=81920,
+                memory_used_mib=1000 + i,
+                memory_total_mib=81920,
                 power_w=300.0,
                 temperature_c=60.0,
                 sm_clock_mhz=1980,
@@ -121,7 +129,7 @@ def test_a_nodes_metrics_carry_its_history_then_every_gpu_for_operators(world: W
         samples=60,
         utilization_sum=60 * 40.0,
         utilization_max=90.0,
-        memory_used_max_mb=2048,
+        memory_used_max_mib=2048,
     )
     headers = session_headers(world.operator)
 

@@ -188,7 +188,7 @@ def test_node_detail_shows_summary_versions_gpus_and_history(world: World) -> No
         probed_at=timezone.now(),
     )
     Gpu.objects.filter(node=node, index=1).update(
-        health=GpuHealth.DEGRADED, health_reason="ECC errors rising", utilization=57.4, memory_used_mb=2048
+        health=GpuHealth.DEGRADED, health_reason="ECC errors rising", utilization=57.4, memory_used_mib=2048
     )
     page = logged_in("operator").get("/ops/nodes/n1/").content.decode()
     for text in ("27.3.1", "1.1.14", "550.90.07", "12.4", "1.17.3", "0.4.0", "zone=a", "control", "shared"):

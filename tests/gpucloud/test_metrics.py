@@ -57,8 +57,8 @@ def _sample(uuid: str, index: int, **fields: Any) -> dict[str, Any]:
         "timestamp": 0.0,
         "utilization_gpu": 10.0 * index,
         "utilization_memory": 5.0,
-        "memory_used_mb": 1000 + index,
-        "memory_total_mb": 81559,
+        "memory_used_mib": 1000 + index,
+        "memory_total_mib": 81559,
         "temperature_c": 40.0 + index,
         "power_w": 100.5 + index,
         "sm_clock_mhz": 1980,
@@ -345,7 +345,7 @@ def _fleet(world: World, nodes: int, start: int) -> None:
     Gpu.objects.bulk_create(
         Gpu(
             node=node, index=g, uuid=f"GPU-{node.name}-{g}", model="NVIDIA A100-SXM4-40GB", utilization=50.0,
-            memory_used_mb=10, last_sample=_sample(f"GPU-{node.name}-{g}", g), last_sample_at=now,
+            memory_used_mib=10, last_sample=_sample(f"GPU-{node.name}-{g}", g), last_sample_at=now,
         )
         for node in made
         for g in range(4)

@@ -96,7 +96,7 @@ def test_reporter_sends_every_sample_since_its_last_report_and_flushes_each_new_
         "the first sample of minute 2 flushes minute 1 without moving the heartbeat's phase (117.5 + 5)"
     )
     (sample,) = reports[1]["samples"]  # the latest reading of each GPU, as before
-    fields = ("timestamp", "utilization_gpu", "memory_used_mb", "power_w", "temperature_c")
+    fields = ("timestamp", "utilization_gpu", "memory_used_mib", "power_w", "temperature_c")
     assert reports[1]["history"][sample["uuid"]][-1] == [sample[field] for field in fields]
     assert sample["timestamp"] == 120.5 and None not in reports[1]["history"][sample["uuid"]][-1]
 

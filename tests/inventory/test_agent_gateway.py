@@ -62,6 +62,9 @@ def _started(replica: Replica) -> dict[str, Any]:
     return {"kind": "task", "task": "jobs.replica_started", "kwargs": kwargs}
 
 
+NOT_A_FIELD = "is not a field of this message"
+
+
 def _reading(uuid: str) -> dict[str, Any]:
     return {"uuid": uuid, "index": 0, "timestamp": 1_700_000_000.0}
 
@@ -221,6 +224,36 @@ def test_a_report_that_does_not_fit_its_protocol_message_spoils_its_batch_with_e
     mine.refresh_from_db()
     assert mine.handle == {} and mine.state == "launching", "the well-formed report beside it was not taken either"
     assert agent_gateway.check_messages(node, [{**_started(mine), "version": 1}]) == []
+
+
+def test_a_heartbeat_or_samples_of_an_older_version_are_refused_as_nodes_md_says(world: World) -> None:
+    # Heartbeat and LiveSamples v1 named GPU memory `_mb`; v2 names it `_mib`. The console reads only the
+    # version it writes (docs/nodes.md: a console and its agents are upgraded together), so an agent not yet
+    # upgraded has its batch refused whole, with the version named, and nothing of it is delivered.
+    node = _docker_node(world, "gpu-a", state=NodeState.READY, gpus=1)
+    agent = _agent(_join(world, node))
+    mine = _replica(world, node)
+    old = {**_reading("GPU-gpu-a-0"), "memory_used_mb": 1024, "memory_total_mb": 81559}
+    old_heartbeat = {"kind": "heartbeat", "report": {"node": "gpu-a", "samples": [old]}}
+    old_samples = {"kind": "samples", "samples": [old]}
+    refused = [
+        ({**old_heartbeat, "version": 1}, {"version": "1 is not 2, the version this side reads"}),
+        ({**old_samples, "version": 1}, {"version": "1 is not 2, the version this side reads"}),
+        (old_heartbeat, {"samples[0].memory_used_mb": NOT_A_FIELD, "samples[0].memory_total_mb": NOT_A_FIELD}),
+    ]
+    for message, fields in refused:
+        answer = agent.post("/api/v1/agent/reports", {"messages": [_started(mine), message]}, format="json")
+        assert answer.status_code == 400, answer.content
+        (rejected,) = answer.json()["error"]["rejected"]
+        assert rejected["index"] == 1 and rejected.get("fields") == fields
+    mine.refresh_from_db()
+    assert mine.handle == {} and mine.state == "launching", "the report beside it was not delivered either"
+    new = {**_reading("GPU-gpu-a-0"), "memory_used_mib": 1024, "memory_total_mib": 81559}
+    upgraded = [
+        {"kind": "heartbeat", "version": 2, "report": {"node": "gpu-a", "samples": [new]}},
+        {"kind": "samples", "version": 2, "samples": [new]},
+    ]
+    assert agent_gateway.check_messages(node, upgraded) == []
 
 
 def test_a_result_for_a_command_sent_to_another_node_is_refused(world: World) -> None:

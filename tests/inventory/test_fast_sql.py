@@ -85,13 +85,13 @@ def test_store_gpu_samples(
             if earlier is not None:
                 utilization, memory, reported = earlier
                 Gpu.objects.filter(pk=gpu.pk).update(
-                    utilization=utilization, memory_used_mb=memory, last_sample=reported, last_sample_at=earlier_at
+                    utilization=utilization, memory_used_mib=memory, last_sample=reported, last_sample_at=earlier_at
                 )
         # An index past the GPUs made names no GPU: nothing to update.
         by_id = {gpus[i].pk if i < len(gpus) else 10**9: sample for i, sample in latest.items()}
 
         def stored() -> list[tuple[Any, ...]]:
-            fields = ("pk", "utilization", "memory_used_mb", "last_sample", "last_sample_at")
+            fields = ("pk", "utilization", "memory_used_mib", "last_sample", "last_sample_at")
             return list(Gpu.objects.order_by("pk").values_list(*fields))
 
         on, off = _effect_both(lambda: fast_sql.store_gpu_samples(by_id, at), stored)
@@ -122,7 +122,7 @@ def partials(draw: st.DrawFn) -> tuple[Any, ...]:
 
 # How a stored minute and a partial combine: these add up, the others take the greater known value.
 ADDED = ("samples", "utilization_sum", "power_samples", "power_sum")
-GREATEST = ("utilization_max", "memory_used_max_mb", "temperature_max")
+GREATEST = ("utilization_max", "memory_used_max_mib", "temperature_max")
 minute_keys = st.tuples(st.integers(0, 2), st.sampled_from([0, 60, 1_700_000_000, 1_700_000_060, 4_102_444_800]))
 
 

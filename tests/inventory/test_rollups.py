@@ -57,7 +57,7 @@ def test_two_partial_batches_of_one_minute_merge_exactly(node: Node) -> None:
     row = _minute("GPU-n1-0", M0)
     assert (row.samples, row.utilization_sum, row.utilization_max) == (4, 60.0, 30.0)
     assert row.utilization_avg == 15.0
-    assert (row.memory_used_max_mb, row.temperature_max) == (3000, 45.0)
+    assert (row.memory_used_max_mib, row.temperature_max) == (3000, 45.0)
     assert (row.power_samples, row.power_avg) == (3, 200.0), "a sample without power does not dilute its average"
     assert not GpuMinute.objects.filter(gpu__uuid="GPU-n1-1").exists()
 
@@ -82,7 +82,7 @@ def test_merge_of_partials_keeps_unknown_readings_unknown(node: Node) -> None:
     merge_minutes({(gpu_id, M0): second})
     row = _minute("GPU-n1-0", M0)
     assert (row.samples, row.utilization_sum, row.utilization_max) == (2, 20.0, 12.5)
-    assert (row.memory_used_max_mb, row.power_samples, row.power_sum, row.temperature_max) == (512, 1, 80.0, 33.0)
+    assert (row.memory_used_max_mib, row.power_samples, row.power_sum, row.temperature_max) == (512, 1, 80.0, 33.0)
 
 
 # --- replays and backlogs -------------------------------------------------------------------
@@ -116,10 +116,10 @@ def test_a_stale_backlog_is_rolled_up_but_does_not_revive_the_node(node: Node) -
 
 
 def test_reports_without_history_roll_up_their_latest_samples(node: Node) -> None:
-    sample = {"uuid": "GPU-n1-1", "index": 1, "timestamp": M0 + 5.0, "utilization_gpu": 42.0, "memory_used_mb": 7}
+    sample = {"uuid": "GPU-n1-1", "index": 1, "timestamp": M0 + 5.0, "utilization_gpu": 42.0, "memory_used_mib": 7}
     record_heartbeats([{"node": "n1", "samples": [sample, {**sample, "uuid": "GPU-n1-0", "lost": True}]}])
     row = _minute("GPU-n1-1", M0)
-    assert (row.samples, row.utilization_max, row.memory_used_max_mb, row.power_samples) == (1, 42.0, 7, 0)
+    assert (row.samples, row.utilization_max, row.memory_used_max_mib, row.power_samples) == (1, 42.0, 7, 0)
     assert GpuMinute.objects.count() == 1, "a lost GPU's sample has no reading to roll up"
 
 
@@ -142,7 +142,7 @@ def test_foreign_malformed_future_and_expired_samples_are_skipped(world: World, 
     record_heartbeats([_report("n1", history)])
     row = GpuMinute.objects.get()
     assert (row.gpu.uuid, row.minute, row.samples, row.utilization_sum) == ("GPU-n1-0", _at(M0), 1, 25.0)
-    assert (row.memory_used_max_mb, row.power_samples, row.temperature_max) == (None, 0, None)
+    assert (row.memory_used_max_mib, row.power_samples, row.temperature_max) == (None, 0, None)
     assert Node.objects.get(pk=node.pk).samples_rolled_up_until == M0 + 4, "refused samples move no mark"
 
 

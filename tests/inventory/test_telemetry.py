@@ -19,7 +19,7 @@ from tests.inventory.factories import make_node
 
 
 def _sample(uuid: str, index: int = 0, **fields: object) -> dict[str, object]:
-    return {"uuid": uuid, "index": index, "timestamp": 0.0, "utilization_gpu": 40.0, "memory_used_mb": 1000, **fields}
+    return {"uuid": uuid, "index": index, "timestamp": 0.0, "utilization_gpu": 40.0, "memory_used_mib": 1000, **fields}
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def test_heartbeat_records_time_version_and_samples(world: World) -> None:
     assert node.last_heartbeat_at is not None and node.agent_version == "9.9"
     gpu = Gpu.objects.get(uuid="GPU-n1-1")
     assert gpu.last_sample is not None
-    assert (gpu.utilization, gpu.memory_used_mb, gpu.last_sample["index"]) == (40.0, 1000, 1)
+    assert (gpu.utilization, gpu.memory_used_mib, gpu.last_sample["index"]) == (40.0, 1000, 1)
 
 
 def test_heartbeat_cannot_write_samples_onto_another_nodes_gpu(world: World) -> None:
@@ -140,10 +140,10 @@ def test_node_that_never_reported_becomes_unreachable_after_the_timeout(world: W
 def test_a_gpu_reported_twice_in_a_batch_keeps_its_last_sample_and_the_first_ones_fault(world: World) -> None:
     make_node(Actor(user=world.operator), world.pool, gpus=1)
     first = {"node": "n1", "samples": [_sample("GPU-n1-0", utilization_gpu=10.0, xid_events=[94])]}
-    second = {"node": "n1", "samples": [_sample("GPU-n1-0", utilization_gpu=70.0, memory_used_mb=None)]}
+    second = {"node": "n1", "samples": [_sample("GPU-n1-0", utilization_gpu=70.0, memory_used_mib=None)]}
     assert services.record_heartbeats([first, second]) == 2
     gpu = Gpu.objects.get()
-    assert (gpu.utilization, gpu.memory_used_mb, gpu.health) == (70.0, None, GpuHealth.DEGRADED)
+    assert (gpu.utilization, gpu.memory_used_mib, gpu.health) == (70.0, None, GpuHealth.DEGRADED)
     assert gpu.last_sample is not None and gpu.last_sample["utilization_gpu"] == 70.0
 
 

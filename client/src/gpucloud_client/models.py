@@ -299,8 +299,8 @@ class GpuSample(ApiObject):
     uuid: str = ""
     index: int = 0
     utilization_gpu: float | None = None
-    memory_used_mb: float | None = None
-    memory_total_mb: float | None = None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
     power_w: float | None = None
     temperature_c: float | None = None
 

@@ -90,8 +90,8 @@ class GpuChart {
     this.serverTime = [message.at, performance.now()];
     for (const sample of message.gpus) {
       if (!this.util.has(sample.uuid)) this.addGpus([{ ...sample, node: message.node }]);
-      this.put(message.at, sample.uuid, sample.utilization_gpu, sample.memory_used_mb);
-      this.memoryTotal = Math.max(this.memoryTotal, sample.memory_total_mb ?? 0);
+      this.put(message.at, sample.uuid, sample.utilization_gpu, sample.memory_used_mib);
+      this.memoryTotal = Math.max(this.memoryTotal, sample.memory_total_mib ?? 0);
       this.points += 1;
     }
     this.root.dataset.points = String(this.points);

@@ -225,8 +225,8 @@ class NvmlProbe:
             timestamp=now,
             utilization_gpu=float(rates.gpu) if rates is not None else None,
             utilization_memory=float(rates.memory) if rates is not None else None,
-            memory_used_mb=int(memory.used) // _MIB if memory is not None else None,
-            memory_total_mb=int(memory.total) // _MIB if memory is not None else None,
+            memory_used_mib=int(memory.used) // _MIB if memory is not None else None,
+            memory_total_mib=int(memory.total) // _MIB if memory is not None else None,
             temperature_c=self._float(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
             power_w=power / 1000 if power is not None else None,
             sm_clock_mhz=self._read(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
@@ -234,7 +234,7 @@ class NvmlProbe:
             ecc_uncorrected=self._read(nvml.nvmlDeviceGetTotalEccErrors, handle, ecc[1], nvml.NVML_VOLATILE_ECC),
             xid_events=xids,
             processes=[
-                GpuProcess(pid=int(p.pid), used_memory_mb=int(p.usedGpuMemory) // _MIB if p.usedGpuMemory else None)
+                GpuProcess(pid=int(p.pid), used_memory_mib=int(p.usedGpuMemory) // _MIB if p.usedGpuMemory else None)
                 for p in processes or []
             ],
         )

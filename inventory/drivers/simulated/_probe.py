@@ -156,7 +156,7 @@ class SimulatedProbe:
         utilization = max(0.0, min(100.0, target + self._random.uniform(-2, 2))) if target > 0 else 0.0
         share = utilization / 100
         used = (
-            sum(p.used_memory_mb or 0 for p in processes)
+            sum(p.used_memory_mib or 0 for p in processes)
             if gpu.utilization is None
             else int(0.6 * share * self.memory_mib)
         )
@@ -166,8 +166,8 @@ class SimulatedProbe:
             timestamp=now,
             utilization_gpu=round(utilization, 1),
             utilization_memory=round(utilization * 0.6, 1),
-            memory_used_mb=min(used + 4, self.memory_mib),
-            memory_total_mb=self.memory_mib,
+            memory_used_mib=min(used + 4, self.memory_mib),
+            memory_total_mib=self.memory_mib,
             temperature_c=round(31 + 45 * share + self._random.uniform(-0.5, 0.5), 1),
             power_w=round(70 + (self._max_power - 70) * share + self._random.uniform(-3, 3), 1),
             sm_clock_mhz=1980 if share > 0.05 else 345,

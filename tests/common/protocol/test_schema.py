@@ -12,7 +12,7 @@ from typing import ClassVar
 import pytest
 
 from common.protocol import schema
-from common.protocol.messages import ReplicaReady
+from common.protocol.messages import Heartbeat, LiveSamples, ReplicaReady
 from common.protocol.wire import Message
 
 
@@ -50,3 +50,25 @@ def test_a_changed_message_under_the_same_version_is_caught(monkeypatch: pytest.
     versions = schema.merged(pinned)[ReplicaReady.TASK]
     assert set(versions) == {str(ReplicaReady.VERSION), str(Bumped.VERSION)}
     assert versions[str(ReplicaReady.VERSION)] == pinned[ReplicaReady.TASK][str(ReplicaReady.VERSION)]
+
+
+def test_a_field_renamed_inside_a_nested_record_is_caught_too() -> None:
+    # GpuReading is no message of its own: a change to it changes every message holding it, and each of
+    # those needs a new VERSION. Pin the current shape under a stale name and the snapshot no longer matches.
+    pinned = schema.load_snapshot()
+    for kind in (Heartbeat, LiveSamples):
+        stale = json.loads(json.dumps(pinned))
+        reading = stale[kind.TASK][str(kind.VERSION)]["samples"]["fields"]
+        reading["memory_used_mb"] = reading.pop("memory_used_mib")
+        assert schema.changed_without_version(stale) == [kind.TASK]
+
+
+def test_the_telemetry_messages_pin_their_memory_fields_in_mib_and_keep_version_1_in_mb() -> None:
+    pinned = schema.load_snapshot()
+    for kind in (Heartbeat, LiveSamples):
+        versions = pinned[kind.TASK]
+        assert {"1", "2"} <= versions.keys()
+        old, new = (versions[v]["samples"]["fields"] for v in ("1", "2"))
+        assert {"memory_used_mb", "memory_total_mb"} <= old.keys() and not {"memory_used_mib"} & old.keys()
+        assert {"memory_used_mib", "memory_total_mib"} <= new.keys() and not {"memory_used_mb"} & new.keys()
+        assert new["processes"]["fields"].keys() == {"pid", "used_memory_mib"}

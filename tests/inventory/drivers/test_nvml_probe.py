@@ -203,12 +203,12 @@ def test_inventory_lists_gpus_with_memory_mig_mode_and_versions() -> None:
 def test_samples_convert_units_and_leave_unsupported_readings_empty() -> None:
     first, second = NvmlProbe(FakeNvml(two_gpus())).sample()
     assert (first.utilization_gpu, first.utilization_memory, first.temperature_c) == (87.0, 41.0, 64.0)
-    assert (first.memory_used_mb, first.memory_total_mb, first.sm_clock_mhz) == (1024, 81559, 1980)
+    assert (first.memory_used_mib, first.memory_total_mib, first.sm_clock_mhz) == (1024, 81559, 1980)
     assert first.power_w == pytest.approx(612.345)
     assert (first.ecc_corrected, first.ecc_uncorrected, first.lost) == (0, 0, False)
     assert (second.power_w, second.ecc_corrected, second.ecc_uncorrected) == (None, None, None)
     assert second.utilization_gpu == 87.0, "one unsupported reading does not hide the others"
-    assert [(p.pid, p.used_memory_mb) for p in second.processes] == [(4242, 2048), (7, None)]
+    assert [(p.pid, p.used_memory_mib) for p in second.processes] == [(4242, 2048), (7, None)]
 
 
 def test_a_lost_gpu_is_sampled_as_lost_while_the_others_still_report() -> None:

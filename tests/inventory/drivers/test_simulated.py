@@ -205,7 +205,7 @@ def test_idle_gpus_are_cool_and_busy_ones_follow_their_workloads(node: str, cloc
     assert 75 <= (busy[1].utilization_gpu or 0) <= 85
     assert (busy[1].temperature_c or 0) > (busy[0].temperature_c or 0)
     assert (busy[1].power_w or 0) > (busy[0].power_w or 0) + 300
-    assert (busy[1].memory_used_mb or 0) > (busy[0].memory_used_mb or 0)
+    assert (busy[1].memory_used_mib or 0) > (busy[0].memory_used_mib or 0)
     assert len(busy[1].processes) == 1
     runtime.stop(handle)
     assert probe.sample()[1].utilization_gpu == 0.0

@@ -84,10 +84,10 @@ def utilization_bar(percent: float | None, width: int = 10) -> Text:
 
 def memory_text(sample: GpuSample | None) -> str | None:
     """Return "used / total GiB" of a sample (None when the GPU reports nothing)."""
-    if sample is None or sample.memory_used_mb is None:
+    if sample is None or sample.memory_used_mib is None:
         return None
-    total = f" / {sample.memory_total_mb / 1024:.1f}" if sample.memory_total_mb else ""
-    return f"{sample.memory_used_mb / 1024:.1f}{total} GiB"
+    total = f" / {sample.memory_total_mib / 1024:.1f}" if sample.memory_total_mib else ""
+    return f"{sample.memory_used_mib / 1024:.1f}{total} GiB"
 
 
 async def run_top(state: AppState, interval: float, everyone: bool) -> None:
